@@ -1,0 +1,224 @@
+// The page side of the guide's live figures.
+//
+// Each figure container <figure data-figure="ID" data-state="..."> moves through
+//   static  -> the SVG poster made at build time is painted with the HTML; then the
+//              pre-rendered Bokeh document (also made at build time) replaces it,
+//              with working controls but no Python behind them yet;
+//   loading -> the page's Web Worker is loading Python (progress shown);
+//   live    -> the figure is the Python document, recomputed on every change;
+//   error   -> Python failed for this figure: a readable message, the preview kept.
+// A reader's changes to the preview's controls are carried into the live figure.
+// The worker was started by the inline script in <head> (window.__guide), so Python
+// loads while this file and BokehJS are still being parsed.
+
+const G = window.__guide;
+const T = (G.timing = G.timing || {});
+const mark = (key, t = performance.now()) => { T[key] = t; };
+const STAGES = { runtime: "starting Python", packages: "loading packages", figures: "building figures" };
+const FIGS = new Map();   // figure id -> {el, frame, status, preview, staticDoc, live}
+
+for (const el of document.querySelectorAll("[data-figure]")) {
+  FIGS.set(el.dataset.figure, {
+    el,
+    frame: el.querySelector(".fig-frame"),
+    status: el.querySelector(".fig-status-text"),
+    bar: el.querySelector(".fig-status progress"),
+    preview: el.querySelector(".fig-preview"),
+    poster: el.querySelector(".fig-poster"),
+    staticDoc: null,
+    live: false,
+  });
+}
+
+function setState(fig, state, text) {
+  fig.el.dataset.state = state;
+  if (text !== undefined) fig.status.textContent = text;
+}
+
+function showError(fig, message) {
+  setState(fig, "error", "This figure could not run its Python; the preview above is static.");
+  let box = fig.el.querySelector(".fig-error");
+  if (!box) {
+    box = document.createElement("pre");
+    box.className = "fig-error";
+    box.setAttribute("role", "alert");
+    fig.el.querySelector(".fig-status").after(box);
+  }
+  box.textContent = message;
+  if (fig.bar) fig.bar.hidden = true;
+  console.error(`figure ${fig.el.dataset.figure}: ${message}`);
+}
+
+// ------------------------------------------------------------------ static preview
+
+const nextPaint = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+
+async function embedPreview(id, fig) {
+  const data = JSON.parse(fig.el.querySelector("script.fig-prerender").textContent);
+  const target = document.createElement("div");
+  target.className = "fig-bokeh";
+  target.id = `preview-${id}`;
+  fig.preview.append(target);
+  data.render_items[0].roots = { [data.root_id]: target.id };
+  const views = await Bokeh.embed.embed_items(data.docs_json, data.render_items);
+  fig.staticDoc = Bokeh.documents[Bokeh.documents.length - 1];
+  fig.staticViews = views;
+  await nextPaint();
+  if (fig.poster) fig.poster.remove();
+  mark(`preview:${id}`);
+}
+
+// ------------------------------------------------------------------ carrying reader changes
+
+const CONTROL_ATTRS = ["value", "active", "values", "value_throttled"];
+
+function controlsOf(doc) {
+  const out = new Map();
+  if (!doc) return out;
+  for (const m of doc.all_models) {
+    const cls = (m.css_classes || []).find((c) => c.startsWith("ctl-"));
+    if (cls) out.set(cls, m);
+  }
+  return out;
+}
+
+function carryOver(fig, liveDoc) {
+  // Whatever the reader set on the preview's controls, set again on the live ones.
+  const before = controlsOf(fig.staticDoc);
+  const after = controlsOf(liveDoc);
+  for (const [cls, old] of before) {
+    const now = after.get(cls);
+    if (!now) continue;
+    for (const attr of CONTROL_ATTRS) {
+      if (!(attr in old.properties) || attr === "value_throttled") continue;
+      const a = JSON.stringify(old[attr]);
+      if (a !== JSON.stringify(now[attr])) {
+        now[attr] = old[attr];
+        if (attr === "value" && "value_throttled" in now.properties) now.value_throttled = old[attr];
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ live document
+
+const worker = G.worker;
+let jsdoc = null;
+let patching = 0;
+let busy = false;
+let queue = [];
+
+function sendChange(event) {
+  // Coalesce while Python is busy: keep only the newest change of each model attribute
+  // (the same scheme as Panel's own worker handler).
+  if ((event.setter_id != null && event.setter_id === "py") || patching > 0) return;
+  if (busy && event.model && event.attr) {
+    queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
+    queue.push(event);
+    return;
+  }
+  busy = true;
+  worker.postMessage({ type: "patch", patch: jsdoc.create_json_patch([event]) });
+}
+
+async function goLive(msg) {
+  mark("python_rendered", msg.t - performance.timeOrigin);
+  const docs_json = JSON.parse(msg.docs_json);
+  const render_items = JSON.parse(msg.render_items);
+  for (const [id, message] of Object.entries(msg.errors || {})) {
+    if (FIGS.has(id)) showError(FIGS.get(id), message);
+  }
+  const roots = {};
+  const targets = [];
+  for (const [id, rootId] of Object.entries(msg.roots || {})) {
+    const fig = FIGS.get(id);
+    if (!fig) continue;
+    const target = document.createElement("div");
+    target.className = "fig-bokeh fig-live";
+    target.id = `live-${id}`;
+    fig.frame.append(target);
+    roots[rootId] = target.id;
+    targets.push([id, fig, target]);
+  }
+  if (!targets.length) return;
+  render_items[0].roots = roots;
+  render_items[0].root_ids = Object.keys(roots);
+  const views = await Bokeh.embed.embed_items(docs_json, render_items);
+  jsdoc = [...views[0].roots.values()][0].model.document;
+  for (const [id, fig] of targets) {
+    carryOver(fig, jsdoc);
+  }
+  jsdoc.on_change(sendChange, false);
+  worker.postMessage({ type: "rendered" });
+  await nextPaint();
+  for (const [id, fig, target] of targets) {
+    for (const v of fig.staticViews || []) v.remove?.();
+    fig.preview.remove();
+    target.classList.remove("fig-live");
+    fig.live = true;
+    setState(fig, "live", "Live: Python is running in your browser.");
+    if (fig.bar) fig.bar.hidden = true;
+    mark(`live:${id}`);
+  }
+  // anything changed while the live document was being embedded
+  if (queue.length) flushQueue();
+}
+
+function flushQueue() {
+  if (queue.length && jsdoc) {
+    const patch = jsdoc.create_json_patch(queue);
+    queue = [];
+    busy = true;
+    worker.postMessage({ type: "patch", patch });
+  } else {
+    busy = false;
+  }
+}
+
+function onProgress(msg) {
+  const label = STAGES[msg.stage] || msg.stage;
+  const frac = { runtime: 0.05, packages: 0.15, figures: 0.85 }[msg.stage] ?? 0;
+  const span = { runtime: 0.1, packages: 0.7, figures: 0.15 }[msg.stage] ?? 0;
+  const value = frac + (msg.total ? (span * msg.done) / msg.total : 0);
+  mark(`stage:${msg.stage}:${msg.done}`, msg.t - performance.timeOrigin);
+  for (const fig of FIGS.values()) {
+    if (fig.live || fig.el.dataset.state === "error") continue;
+    const count = msg.total ? ` ${msg.done}/${msg.total}` : "";
+    setState(fig, "loading", `Loading Python in your browser: ${label}${count}. The controls work; changes apply when live.`);
+    if (fig.bar) { fig.bar.hidden = false; fig.bar.value = value; }
+  }
+}
+
+async function onMessage(msg) {
+  switch (msg.type) {
+    case "progress": onProgress(msg); break;
+    case "render":
+      try { await goLive(msg); } catch (e) { onFatal(`could not show the live figures: ${e}`); }
+      break;
+    case "patch":
+      try { patching += 1; jsdoc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
+      break;
+    case "idle": flushQueue(); break;
+    case "error": {
+      const fig = msg.figure && FIGS.get(msg.figure);
+      if (fig) showError(fig, msg.message); else console.error(msg.message);
+      break;
+    }
+    case "fatal": onFatal(msg.message); break;
+  }
+}
+
+function onFatal(message) {
+  mark("fatal");
+  for (const fig of FIGS.values()) if (!fig.live) showError(fig, message);
+}
+
+// Pre-rendered previews first (they need only BokehJS), then the worker's queued messages.
+mark("guide_js");
+await Promise.all([...FIGS].map(([id, fig]) => embedPreview(id, fig).catch((e) => {
+  console.warn(`preview of ${id} not shown: ${e}`);   // the poster stays
+})));
+mark("previews");
+const pending = G.queue;
+G.queue = { push: (m) => onMessage(m) };
+for (const m of pending) await onMessage(m);

@@ -1,0 +1,86 @@
+// The Python side of a page: Pyodide in a dedicated Web Worker, so the page stays
+// responsive while Python loads. It builds the page's figures (one Bokeh document,
+// one root per figure), sends the document to the page, then exchanges Bokeh JSON
+// patches with it: reader changes in, recomputed figures out.
+//
+// Messages to the page: progress {stage, done, total}, render {docs_json, render_items,
+// roots, errors}, patch {patch, buffers}, idle, error {figure, message} (a callback
+// failed), fatal {message} (the runtime failed).
+// Messages from the page: start {figures}, rendered, patch {patch}.
+import { loadPyodide } from "../vendor/pyodide/pyodide.mjs";
+
+const ROOT = new URL("../", import.meta.url).href;            // the site's root folder
+const post = (msg) => self.postMessage(msg);
+const now = () => performance.timeOrigin + performance.now();  // comparable with the page's clock
+const progress = (stage, done, total) => post({ type: "progress", stage, done, total, t: now() });
+
+let pyodide = null;
+let session = null;
+const loadErrors = [];
+
+function sendPatch(patch, buffers) {
+  post({ type: "patch", patch, buffers });
+}
+
+async function start(figures) {
+  progress("runtime", 0, 1);
+  pyodide = await loadPyodide({ indexURL: ROOT + "vendor/pyodide/", fullStdLib: false });
+  // The guide's wheel depends on everything the figures import, so one call loads it all.
+  const lock = await (await fetch(ROOT + "vendor/pyodide/pyodide-lock.json")).json();
+  const total = closure(lock.packages, ["llm-inference-guide"]).length;
+  let loaded = 0;
+  progress("packages", 0, total);
+  await pyodide.loadPackage(["llm-inference-guide"], {
+    messageCallback: (m) => { if (m.startsWith("Loaded")) progress("packages", (loaded += 1), total); },
+    errorCallback: (m) => loadErrors.push(m),
+    checkIntegrity: true,
+  });
+  if (loadErrors.length) throw new Error("could not load the figures' Python packages: " + loadErrors.join("; "));
+  progress("figures", 0, figures.length);
+  pyodide.globals.set("PANEL_CDN_ROOT", "vendor/panel/");
+  pyodide.globals.set("FIGURE_IDS", pyodide.toPy(figures));
+  session = await pyodide.runPythonAsync(`
+import os
+import pyodide.ffi
+if not hasattr(pyodide.ffi, "jsnull"):   # Panel 1.10 expects Pyodide >= 0.28; in 0.27 JS null is None already
+    pyodide.ffi.jsnull = type("JsNullSentinel", (), {})()
+os.environ["PANEL_CDN_ROOT"] = PANEL_CDN_ROOT   # Panel's stylesheets from the site, not a CDN
+from widgets.runtime import PageSession
+PageSession(list(FIGURE_IDS))
+`);
+  const [docs_json, render_items, roots, errors] = session.render().toJs({ dict_converter: Object.fromEntries });
+  post({ type: "render", docs_json, render_items, roots, errors, t: now() });
+}
+
+// Packages `names` needs, by the lock's depends (what loadPackage will load).
+function closure(packages, names) {
+  const seen = new Set();
+  const todo = [...names];
+  while (todo.length) {
+    const n = todo.pop();
+    if (seen.has(n) || !packages[n]) continue;
+    seen.add(n);
+    todo.push(...packages[n].depends);
+  }
+  return [...seen];
+}
+
+self.onmessage = async (event) => {
+  const msg = event.data;
+  try {
+    if (msg.type === "start") {
+      await start(msg.figures);
+    } else if (msg.type === "rendered") {
+      session.link(sendPatch);
+    } else if (msg.type === "patch") {
+      try {
+        const failure = session.apply_patch(msg.patch);
+        if (failure) post({ type: "error", ...JSON.parse(failure) });
+      } finally {
+        post({ type: "idle" });
+      }
+    }
+  } catch (e) {
+    post({ type: "fatal", message: String(e && e.message ? e.message : e) });
+  }
+};

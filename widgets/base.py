@@ -1,0 +1,106 @@
+"""What every figure module returns, and the small helpers figures share.
+
+A figure module (one per figure, e.g. widgets/ch04_batch_knee.py) defines
+
+    FIGURE_ID = "ch04-batch-knee"
+    TITLE = "..."
+    def build() -> FigureView
+
+`build` creates the controls, makes ONE call into sim/ per update, and lays out a
+Bokeh plot. The returned FigureView names the parts the page, the tests and the
+static preview need:
+
+- controls: key -> Panel widget. Each gets the CSS class "ctl-<key>", so the page can
+  carry a reader's changes from the static preview into the live figure and tests
+  can find it.
+- sources: key -> Bokeh ColumnDataSource, named "src-<figure id>-<key>".
+- readouts: key -> Panel HTML pane with the numbers shown beside the plot (CSS class
+  "out-<key>").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import panel as pn
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure as bokeh_figure
+
+# Palette (Okabe-Ito: distinguishable with common colour-vision deficiencies)
+BLUE, ORANGE, GREEN, VERMILION, PURPLE, SKY, YELLOW, GREY = (
+    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#7f7f7f")
+
+CONTROL_WIDTH = 240    # px, the controls column
+PLOT_WIDTH = 620       # px, a plot beside the controls
+PLOT_HEIGHT = 340
+
+
+@dataclass
+class FigureView:
+    """One figure: its layout and the named parts inside it."""
+
+    figure_id: str
+    layout: pn.viewable.Viewable
+    controls: dict[str, pn.widgets.Widget] = field(default_factory=dict)
+    sources: dict[str, ColumnDataSource] = field(default_factory=dict)
+    readouts: dict[str, pn.pane.HTML] = field(default_factory=dict)
+    plots: list[Any] = field(default_factory=list)      # Bokeh figures, in layout order
+
+    def __post_init__(self) -> None:
+        for key, widget in self.controls.items():
+            widget.css_classes = [*widget.css_classes, f"ctl-{key}"]
+        for key, source in self.sources.items():
+            source.name = f"src-{self.figure_id}-{key}"
+        for key, pane in self.readouts.items():
+            pane.css_classes = [*pane.css_classes, f"out-{key}"]
+
+    def state(self) -> dict[str, Any]:
+        """Everything the figure shows, as plain Python: the data the tests compare."""
+        return {
+            "sources": {k: {c: list(map(_plain, v)) for c, v in s.data.items()}
+                        for k, s in self.sources.items()},
+            "readouts": {k: p.object for k, p in self.readouts.items()},
+        }
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars -> Python numbers (for comparisons and JSON)."""
+    return x.item() if hasattr(x, "item") else x
+
+
+def plot(title: str, x_label: str, y_label: str, *, width: int = PLOT_WIDTH,
+         height: int = PLOT_HEIGHT, x_type: str = "linear", y_type: str = "linear",
+         **kw: Any):
+    """A Bokeh figure with the guide's look: labelled axes, no toolbar clutter."""
+    p = bokeh_figure(title=title, width=width, height=height, x_axis_type=x_type,
+                     y_axis_type=y_type, x_axis_label=x_label, y_axis_label=y_label,
+                     tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above",
+                     **kw)
+    p.toolbar.logo = None
+    p.title.text_font_size = "13px"
+    p.axis.axis_label_text_font_size = "12px"
+    p.axis.axis_label_text_font_style = "normal"
+    return p
+
+
+def readout(text: str = "", width: int = CONTROL_WIDTH) -> pn.pane.HTML:
+    """An HTML pane for numbers shown next to a plot."""
+    return pn.pane.HTML(text, width=width, margin=(4, 10), css_classes=["fig-readout"])
+
+
+def rows_table(rows: list[tuple[str, str]]) -> str:
+    """A two-column table of (label, value) rows, for readouts."""
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="fig-numbers">{body}</table>'
+
+
+def provenance(note: str) -> str:
+    """The line under a figure that says where its numbers come from."""
+    return f'<p class="fig-provenance">{note}</p>'
+
+
+def watch(widgets: list[pn.widgets.Widget], callback: Callable[[], None],
+          param: str = "value") -> None:
+    """Call `callback()` whenever any of the widgets' `param` changes."""
+    for w in widgets:
+        w.param.watch(lambda _event: callback(), param)

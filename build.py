@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 SITE_SRC = ROOT / "site"
 OUT = ROOT / "_site"
-CACHE = ROOT / ".cache"
+CACHE = Path(os.environ.get("GUIDE_CACHE", ROOT / ".cache"))   # downloads and processed wheels
 VENDOR = "vendor"                                   # inside the output folder
 PYO = f"{VENDOR}/pyodide"                           # Pyodide core, wheels and lock
 BROWSER_PINS = SITE_SRC / "runtime" / "requirements-browser.txt"

@@ -31,10 +31,10 @@ def _step_times_s(model_name: str, gpu_name: str, batches: np.ndarray) -> np.nda
 
 
 def build() -> FigureView:
-    batch = pn.widgets.IntSlider(name="Batch size (concurrent users)", start=1, end=1024, value=1,
+    batch = pn.widgets.IntSlider(label="Batch size (concurrent users)", start=1, end=1024, value=1,
                                  width=CONTROL_WIDTH)
-    gpu = pn.widgets.Select(name="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(name="Model", options=models.names(), value="llama-3.1-8b",
+    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
+    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b",
                               width=CONTROL_WIDTH)
     curve = ColumnDataSource(data={"batch": [], "step_ms": [], "tokens_per_s": []})
     point = ColumnDataSource(data={"batch": [], "step_ms": [], "tokens_per_s": []})

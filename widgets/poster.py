@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 import panel as pn
-from bokeh.models import (Band, BoxAnnotation, ColumnDataSource, DataRange1d, FactorRange, GlyphRenderer,
-                          Label, Legend, LogScale, Range1d, Span)
+from bokeh.models import FactorRange, GlyphRenderer, Legend, LogScale, Range1d, Span
 from bokeh.models.glyphs import (Circle, HBar, Line, MultiLine, Patch, Quad, Rect, Scatter, Segment,
                                  Step, Text, VArea, VBar)
 
@@ -67,6 +66,15 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return [10.0 ** k for k in exps[::stride]] or [lo]
 
 
+def _given(v) -> float | None:
+    """A range bound that was set (Bokeh leaves unset DataRange1d bounds as NaN)."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
 class Axis1D:
     """Maps data values to pixels along one axis (linear, log or categorical)."""
 
@@ -76,11 +84,9 @@ class Axis1D:
             self.factors = [f if isinstance(f, str) else "/".join(f) for f in rng.factors]
             self.lo, self.hi = 0.0, float(len(self.factors))
             return
-        if isinstance(rng, Range1d) or (rng.start is not None and rng.end is not None
-                                         and not isinstance(rng, DataRange1d)):
-            lo, hi = float(rng.start), float(rng.end)
-        elif isinstance(rng, DataRange1d) and rng.start is not None and rng.end is not None:
-            lo, hi = float(rng.start), float(rng.end)
+        start, end = _given(getattr(rng, "start", None)), _given(getattr(rng, "end", None))
+        if isinstance(rng, Range1d) or (start is not None and end is not None):
+            lo, hi = start, end
         else:
             flat = np.concatenate([np.asarray(v, float).ravel() for v in values]) if values else np.array([])
             flat = flat[np.isfinite(flat)]
@@ -98,10 +104,8 @@ class Axis1D:
             else:
                 span = (hi - lo) or (abs(hi) or 1.0)
                 lo, hi = lo - span * pad / 2, hi + span * pad / 2
-            if getattr(rng, "start", None) is not None:
-                lo = float(rng.start)
-            if getattr(rng, "end", None) is not None:
-                hi = float(rng.end)
+            lo = start if start is not None else lo
+            hi = end if end is not None else hi
         self.lo, self.hi = lo, hi
 
     def __call__(self, v) -> np.ndarray:
@@ -391,7 +395,7 @@ def plot_svg(p) -> str:
 
 
 def control_html(w) -> str:
-    label = e(w.name) if w.name else ""
+    label = e(getattr(w, "label", None) or w.name or "")
     width = f"width:{int(w.width)}px" if getattr(w, "width", None) else ""
     if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider, pn.widgets.DiscreteSlider)):
         value = w.value

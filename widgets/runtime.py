@@ -13,7 +13,7 @@ import traceback
 
 from bokeh.embed.util import standalone_docs_json_and_render_items
 from panel.io.pyodide import _convert_json_patch, _link_docs_worker, init_doc
-from panel.io.state import state
+from panel.io.state import set_curdoc, state
 
 import widgets
 
@@ -55,17 +55,24 @@ class PageSession:
             return "{}", "[]", {}, self.errors
         roots = [r for r in self.doc.roots if r.id in self.roots.values()]
         docs_json, render_items = standalone_docs_json_and_render_items(roots, suppress_callback_warning=True)
+        # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
+        # at once instead of scheduling it on a server event loop that does not exist here.
+        self.doc._session_context = None
         return (json.dumps(docs_json), json.dumps([item.to_json() for item in render_items]),
                 self.roots, self.errors)
 
     def link(self, send_patch) -> None:
         """Forward every later change of the Python document to the page as a JSON patch."""
-        _link_docs_worker(self.doc, send_patch, setter="js")
+        with set_curdoc(self.doc):
+            _link_docs_worker(self.doc, send_patch, setter="js")
 
     def apply_patch(self, patch) -> str | None:
         """Apply a patch from the page (a reader's change); return an error text on failure."""
         try:
-            self.doc.apply_json_patch(_convert_json_patch(patch), setter="js")
+            # Panel dispatches model updates at once only for the current document
+            # (a context variable, which calls from JavaScript do not carry over).
+            with set_curdoc(self.doc):
+                self.doc.apply_json_patch(_convert_json_patch(patch), setter="js")
         except Exception as exc:
             text = _error_text(exc)
             fid = next((f for f, mod in widgets.FIGURES.items()

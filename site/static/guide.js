@@ -15,7 +15,7 @@ const G = window.__guide;
 const T = (G.timing = G.timing || {});
 const mark = (key, t = performance.now()) => { T[key] = t; };
 const STAGES = { runtime: "starting Python", packages: "loading packages", figures: "building figures" };
-const FIGS = new Map();   // figure id -> {el, frame, status, preview, staticDoc, live}
+const FIGS = (G.figs = new Map());   // figure id -> {el, frame, status, preview, staticRoot, liveRoot, live}
 
 for (const el of document.querySelectorAll("[data-figure]")) {
   FIGS.set(el.dataset.figure, {
@@ -25,7 +25,7 @@ for (const el of document.querySelectorAll("[data-figure]")) {
     bar: el.querySelector(".fig-status progress"),
     preview: el.querySelector(".fig-preview"),
     poster: el.querySelector(".fig-poster"),
-    staticDoc: null,
+    staticRoot: null,
     live: false,
   });
 }
@@ -61,7 +61,7 @@ async function embedPreview(id, fig) {
   fig.preview.append(target);
   data.render_items[0].roots = { [data.root_id]: target.id };
   const views = await Bokeh.embed.embed_items(data.docs_json, data.render_items);
-  fig.staticDoc = Bokeh.documents[Bokeh.documents.length - 1];
+  fig.staticRoot = [...views[0].roots.values()][0].model;
   fig.staticViews = views;
   await nextPaint();
   if (fig.poster) fig.poster.remove();
@@ -72,20 +72,21 @@ async function embedPreview(id, fig) {
 
 const CONTROL_ATTRS = ["value", "active", "values", "value_throttled"];
 
-function controlsOf(doc) {
+function controlsOf(root) {
+  // The figure's controls (models with a "ctl-<key>" CSS class), by class.
   const out = new Map();
-  if (!doc) return out;
-  for (const m of doc.all_models) {
+  if (!root) return out;
+  for (const m of [root, ...root.references()]) {
     const cls = (m.css_classes || []).find((c) => c.startsWith("ctl-"));
     if (cls) out.set(cls, m);
   }
   return out;
 }
 
-function carryOver(fig, liveDoc) {
+function carryOver(fig, liveRoot) {
   // Whatever the reader set on the preview's controls, set again on the live ones.
-  const before = controlsOf(fig.staticDoc);
-  const after = controlsOf(liveDoc);
+  const before = controlsOf(fig.staticRoot);
+  const after = controlsOf(liveRoot);
   for (const [cls, old] of before) {
     const now = after.get(cls);
     if (!now) continue;
@@ -144,12 +145,14 @@ async function goLive(msg) {
   render_items[0].roots = roots;
   render_items[0].root_ids = Object.keys(roots);
   const views = await Bokeh.embed.embed_items(docs_json, render_items);
-  jsdoc = [...views[0].roots.values()][0].model.document;
-  for (const [id, fig] of targets) {
-    carryOver(fig, jsdoc);
-  }
+  jsdoc = G.liveDoc = [...views[0].roots.values()][0].model.document;
   jsdoc.on_change(sendChange, false);
-  worker.postMessage({ type: "rendered" });
+  worker.postMessage({ type: "rendered" });   // Python forwards its changes from now on
+  const liveRoots = new Map([...views[0].roots.values()].map((v) => [v.model.id, v.model]));
+  for (const [id, fig] of targets) {
+    fig.liveRoot = liveRoots.get(msg.roots[id]);
+    carryOver(fig, fig.liveRoot);             // sent to Python like any reader change
+  }
   await nextPaint();
   for (const [id, fig, target] of targets) {
     for (const v of fig.staticViews || []) v.remove?.();

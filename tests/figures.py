@@ -1,0 +1,150 @@
+"""Drive a figure the same way in CPython and in the browser, and compare what it shows.
+
+What a figure shows is read from its Bokeh models, in both places, the same way:
+- sources: ColumnDataSource models named "src-<figure id>-<key>" -> {column: list};
+- readouts: models with CSS class "out-<key>" -> their `text`.
+A reader's change is a change of Bokeh model properties; `control_patch` finds, in
+CPython, which properties a Panel value change sets, so the browser test can set
+exactly those on the live model.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bokeh.document import Document
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v.item() if hasattr(v, "item") else v
+
+
+def collect(root, figure_id: str) -> dict:
+    """Sources and readouts under a Bokeh root model (CPython side)."""
+    out = {"sources": {}, "readouts": {}}
+    prefix = f"src-{figure_id}-"
+    for m in [root, *root.references()]:
+        name = getattr(m, "name", None) or ""
+        if name.startswith(prefix):
+            out["sources"][name[len(prefix):]] = {k: _plain(v) for k, v in m.data.items()}
+        for cls in getattr(m, "css_classes", None) or []:
+            if cls.startswith("out-"):
+                out["readouts"][cls[4:]] = m.text
+    return out
+
+
+# The same traversal in the browser, over the figure's live (or preview) root.
+COLLECT_JS = """([id, which]) => {
+  const fig = window.__guide.figs.get(id);
+  const root = which === 'live' ? fig.liveRoot : fig.staticRoot;
+  const out = {sources: {}, readouts: {}};
+  const prefix = `src-${id}-`;
+  const plain = (v) => (ArrayBuffer.isView(v) || Array.isArray(v)) ? Array.from(v, plain) : v;
+  for (const m of [root, ...root.references()]) {
+    if (m.name && m.name.startsWith(prefix)) {
+      const data = m.data instanceof Map ? Object.fromEntries(m.data) : m.data;
+      out.sources[m.name.slice(prefix.length)] = Object.fromEntries(
+        Object.entries(data).map(([k, v]) => [k, plain(v)]));
+    }
+    for (const c of (m.css_classes || [])) if (c.startsWith('out-')) out.readouts[c.slice(4)] = m.text;
+  }
+  return out;
+}"""
+
+SET_JS = """([id, key, props]) => {
+  const fig = window.__guide.figs.get(id);
+  const root = fig.liveRoot || fig.staticRoot;
+  const m = [root, ...root.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
+  if (!m) throw new Error(`figure ${id} has no control ${key}`);
+  for (const [attr, value] of Object.entries(props)) m[attr] = value;
+  return true;
+}"""
+
+
+def control_model(root, key: str):
+    return next(m for m in [root, *root.references()] if f"ctl-{key}" in (getattr(m, "css_classes", None) or []))
+
+
+def apply_change(view, key: str, value: Any) -> None:
+    """Set a control in CPython the way a reader would (a Button press for buttons)."""
+    import panel as pn
+
+    widget = view.controls[key]
+    if isinstance(widget, pn.widgets.Button):
+        widget.clicks += 1
+    else:
+        widget.value = value
+
+
+def cpython_state(figure_id: str, changes: list[tuple[str, Any]] = ()) -> dict:
+    """Build the figure in CPython, apply the changes in order, read what it shows."""
+    import widgets
+
+    view = widgets.build(figure_id)
+    root = view.layout.get_root(Document())
+    for key, value in changes:
+        apply_change(view, key, value)
+    return collect(root, figure_id)
+
+
+def control_patch(figure_id: str, key: str, value: Any) -> dict:
+    """The Bokeh property values a reader's change of control `key` to `value` sets."""
+    import widgets
+
+    view = widgets.build(figure_id)
+    model = control_model(view.layout.get_root(Document()), key)
+    before = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}
+    apply_change(view, key, value)
+    after = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}
+    return {k: v for k, v in after.items() if before.get(k) != v and k not in ("tags",)}
+
+
+def alternate_value(widget) -> Any:
+    """A value for `widget` different from its default (what a test moves it to)."""
+    import panel as pn
+
+    if isinstance(widget, pn.widgets.Button):
+        return None
+    if isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
+        return not widget.value
+    if isinstance(widget, pn.widgets.DiscreteSlider):
+        opts = list(widget.values)
+        return opts[(opts.index(widget.value) + len(opts) // 2) % len(opts)]
+    if isinstance(widget, (pn.widgets.IntSlider, pn.widgets.FloatSlider)):
+        lo, hi, step = widget.start, widget.end, widget.step or 1
+        target = lo + 0.7 * (hi - lo)
+        v = lo + round((target - lo) / step) * step
+        v = type(widget.value)(v) if isinstance(widget.value, int) else round(v, 10)
+        return v if v != widget.value else type(widget.value)(hi)
+    if hasattr(widget, "options"):
+        opts = list(widget.options.values()) if isinstance(widget.options, dict) else list(widget.options)
+        others = [o for o in opts if o != widget.value]
+        return others[len(others) // 2]
+    raise TypeError(f"no alternate value rule for {type(widget).__name__}")
+
+
+def close(a: Any, b: Any, rel: float = 1e-12, path: str = "") -> list[str]:
+    """Differences between two collected states (floats compared to `rel`)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        diffs = [f"{path}/{k}: missing on one side" for k in set(a) ^ set(b)]
+        for k in sorted(set(a) & set(b)):
+            diffs += close(a[k], b[k], rel, f"{path}/{k}")
+        return diffs
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: length {len(a)} != {len(b)}"]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += close(x, y, rel, f"{path}[{i}]")
+            if len(out) > 5:
+                break
+        return out
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        if (isinstance(a, float) and math.isnan(a)) and (isinstance(b, float) and math.isnan(b)):
+            return []
+        return [] if math.isclose(a, b, rel_tol=rel, abs_tol=1e-300) else [f"{path}: {a!r} != {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]

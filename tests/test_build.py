@@ -1,0 +1,172 @@
+"""Build tests: every page and vendored file is there, pinned inputs are enforced,
+a broken input stops the build without touching the previous site, and two builds of
+the same inputs are byte-identical."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def run_build(out: Path, *args: str, cache: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if cache:
+        env["GUIDE_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), "--out", str(out), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_site_has_every_page(site_dir):
+    chapters = build.read_chapters()
+    assert chapters, "no chapters"
+    for name in ["index.html", "references.html", *(c.file for c in chapters),
+                 *(f"figure-{f}.html" for c in chapters for f in c.figures)]:
+        assert (site_dir / name).is_file(), name
+    index = (site_dir / "index.html").read_text()
+    for c in chapters:
+        assert f'href="{c.file}"' in index, f"{c.file} missing from the table of contents"
+    for c in chapters:
+        html = (site_dir / c.file).read_text()
+        for fid in c.figures:
+            assert f'data-figure="{fid}" data-state="static"' in html
+            assert 'class="fig-prerender"' in html and 'class="fig-poster"' in html
+
+
+def test_every_file_matches_the_manifest(site_dir):
+    assert build.verify_site(site_dir) == []
+
+
+def test_vendored_runtime_matches_its_pins(site_dir):
+    pyo = site_dir / build.PYO
+    for name, digest in build.PYODIDE_CORE_SHA256.items():
+        if name != "pyodide-lock.json":
+            assert sha(pyo / name) == digest, name
+    lock = json.loads((pyo / "pyodide-lock.json").read_text())
+    assert lock["info"]["version"] == build.PYODIDE_VERSION
+    for name, entry in lock["packages"].items():
+        wheel = pyo / entry["file_name"]
+        assert wheel.is_file(), entry["file_name"]
+        assert sha(wheel) == entry["sha256"], f"{name}: lock sha256 differs from the served wheel"
+        for dep in entry["depends"]:
+            assert dep in lock["packages"], f"{name} depends on {dep}, which is not in the lock"
+    # the JS the page runs comes out of the very bokeh/panel wheels pinned for Python
+    pins = (ROOT / "site/runtime/requirements-browser.txt").read_text()
+    bokeh_whl = next((build.CACHE / "pure").glob("bokeh-*.whl"))
+    assert hashlib.sha256(bokeh_whl.read_bytes()).hexdigest() in pins
+    with zipfile.ZipFile(bokeh_whl) as z:
+        assert z.read("bokeh/server/static/js/bokeh.min.js") == (site_dir / "vendor/bokeh/bokeh.min.js").read_bytes()
+    panel_whl = next((build.CACHE / "pure").glob("panel-*.whl"))
+    with zipfile.ZipFile(panel_whl) as z:
+        version = lock["packages"]["panel"]["version"]
+        assert z.read("panel/dist/panel.min.js") == \
+            (site_dir / f"vendor/panel/{version}/dist/panel.min.js").read_bytes()
+
+
+def test_figures_import_only_vendored_packages(site_dir):
+    """Building every figure in CPython imports nothing the browser runtime lacks."""
+    lock = json.loads((site_dir / build.PYO / "pyodide-lock.json").read_text())
+    shipped = {imp for e in lock["packages"].values() for imp in e["imports"]}
+    ids = [f for c in build.read_chapters() for f in c.figures]
+    code = ("import sys, json, widgets\n"
+            f"for fid in {ids!r}: widgets.build(fid)\n"
+            "tops = {m.split('.')[0] for m in sys.modules}\n"
+            "print(json.dumps(sorted(t for t in tops if 'site-packages' in (getattr(sys.modules.get(t), '__file__', None) or ''))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    imported = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    third_party = {m for m in imported if not m.startswith("_")}
+    assert {"numpy", "bokeh", "panel"} <= third_party
+    # tornado is imported by Bokeh/Panel on CPython only (its server); Pyodide skips it
+    missing = third_party - shipped - {"tornado"}
+    assert not missing, f"figures import {sorted(missing)}, which the browser runtime does not ship"
+
+
+def test_two_builds_are_identical(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        r = run_build(out)
+        assert r.returncode == 0, r.stderr[-2000:]
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b
+    different = [str(f) for f in files_a if (a / f).read_bytes() != (b / f).read_bytes()]
+    assert different == []
+
+
+def test_tampered_download_stops_the_build_and_keeps_the_old_site(tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(build.CACHE, cache, ignore=shutil.ignore_patterns("processed"))
+    wheel = next((cache / "pure").glob("param-*.whl"))
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "index.html").write_text("previous build")
+    r = run_build(out, cache=cache)
+    assert r.returncode == 1
+    assert "build failed" in r.stderr and wheel.name in r.stderr and "sha256" in r.stderr, r.stderr
+    assert (out / "index.html").read_text() == "previous build"
+    assert not list(tmp_path.glob("site.tmp-*")), "a staging folder was left behind"
+
+
+def make_release_folder(dest: Path) -> Path:
+    """A folder laid out like an official Pyodide 0.27.7 release, made from the pinned sources."""
+    dest.mkdir()
+    with tarfile.open(build.CACHE / f"pyodide-{build.PYODIDE_VERSION}.tgz") as tf:
+        for name in build.PYODIDE_CORE_SHA256:
+            (dest / name).write_bytes(tf.extractfile(f"package/{name}").read())
+    with zipfile.ZipFile(build.CACHE / build.WASM_CARRIER_FILE) as z:
+        for n in z.namelist():
+            if n.startswith(build.WASM_CARRIER_PREFIX) and n.endswith(".whl") and "/wheels/" not in n:
+                (dest / n[len(build.WASM_CARRIER_PREFIX):]).write_bytes(z.read(n))
+    return dest
+
+
+def test_pyodide_release_folder_is_an_equivalent_source(site_dir, tmp_path):
+    release = make_release_folder(tmp_path / "pyodide")
+    out = tmp_path / "site"
+    r = run_build(out, "--pyodide-dir", str(release))
+    assert r.returncode == 0, r.stderr[-2000:]
+    ours = json.loads((out / "MANIFEST.json").read_text())
+    default = json.loads((site_dir / "MANIFEST.json").read_text())
+    assert ours == default, "a release folder and the npm/PyPI sources gave different sites"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_broken_release_folder_is_rejected(tmp_path, damage):
+    release = make_release_folder(tmp_path / "pyodide")
+    victim = release / "pyodide.asm.wasm"
+    if damage == "missing":
+        victim.unlink()
+    else:
+        victim.write_bytes(victim.read_bytes()[:-1000])
+    r = run_build(tmp_path / "site", "--pyodide-dir", str(release))
+    assert r.returncode == 1
+    assert "pyodide.asm.wasm" in r.stderr
+    assert ("missing" in r.stderr) if damage == "missing" else ("sha256" in r.stderr), r.stderr
+
+
+def test_verify_reports_a_changed_file(site_dir, tmp_path):
+    copy = tmp_path / "site"
+    shutil.copytree(site_dir, copy)
+    (copy / "static/guide.js").write_text("// changed\n")
+    (copy / "vendor/pyodide/pyodide.mjs").unlink()
+    problems = build.verify_site(copy)
+    assert any("static/guide.js" in p and "differs" in p for p in problems), problems
+    assert any("pyodide.mjs: missing" in p for p in problems), problems

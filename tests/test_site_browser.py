@@ -1,0 +1,172 @@
+"""Browser tests: the built site, served on localhost, in headless Chromium.
+
+Parametrized over every chapter and every figure, so a chapter is tested the day it
+lands. One server and one browser serve the whole session (see conftest.py).
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import build
+import widgets
+from tests.browser import STATE_JS, attach, wait_states
+from tests.figures import COLLECT_JS, SET_JS, alternate_value, close, control_patch, cpython_state
+
+pytestmark = pytest.mark.browser
+
+CHAPTERS = build.read_chapters()
+PAGES = [(c.file, c.figures) for c in CHAPTERS if c.figures]
+FIGURES = [(f, c.file) for c in CHAPTERS for f in c.figures]
+
+# Record every data-state a figure passes through (from the first byte of the page).
+TRACK_STATES_JS = """
+window.__states = {};
+new MutationObserver((records) => {
+  for (const r of records) {
+    const el = r.target;
+    if (el.dataset && el.dataset.figure) (window.__states[el.dataset.figure] ||= []).push(el.dataset.state);
+  }
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-state']});
+document.addEventListener('DOMContentLoaded', () => {
+  for (const el of document.querySelectorAll('[data-figure]'))
+    (window.__states[el.dataset.figure] ||= []).unshift(el.dataset.state);
+});
+"""
+
+
+def open_live(chromium, base: str, page_file: str, figure_ids: list[str]):
+    page = chromium.new_page()
+    page.add_init_script(TRACK_STATES_JS)
+    log = attach(page, base)
+    page.goto(base + page_file)
+    states = wait_states(page, figure_ids, timeout_s=180)
+    return page, log, states
+
+
+def wait_equal(page, figure_id: str, expected: dict, timeout_s: float = 30) -> dict:
+    """Poll the live figure until it shows `expected` (within float tolerance)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = page.evaluate(COLLECT_JS, [figure_id, "live"])
+        diffs = close(got, expected)
+        if not diffs:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{figure_id}: browser differs from CPython: {diffs[:6]}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("page_file,figure_ids", PAGES, ids=[p for p, _ in PAGES])
+def test_page_goes_live_offline(chromium, server, page_file, figure_ids):
+    """Every figure moves static -> loading -> live; no errors, nothing fetched off-site."""
+    page, log, states = open_live(chromium, server, page_file, figure_ids)
+    try:
+        assert states == {f: "live" for f in figure_ids}, states
+        seen = page.evaluate("window.__states")
+        for fid in figure_ids:
+            trail = [s for i, s in enumerate(seen[fid]) if i == 0 or s != seen[fid][i - 1]]
+            assert trail[0] == "static" and trail[-1] == "live" and "loading" in trail, (fid, trail)
+            # the live figure shows exactly what CPython computes for the default controls
+            wait_equal(page, fid, cpython_state(fid), timeout_s=5)
+        page.wait_for_timeout(300)
+        assert log.errors() == [], log.errors()
+        assert log.failed == [], log.failed
+        assert log.off_site() == [], log.off_site()
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("figure_id,page_file", FIGURES, ids=[f for f, _ in FIGURES])
+def test_every_control_changes_the_figure_as_in_cpython(chromium, server, figure_id, page_file):
+    """Each control, moved in the browser, changes the figure to exactly the CPython result."""
+    page, log, states = open_live(chromium, server, page_file, [figure_id])
+    try:
+        assert states[figure_id] == "live"
+        view = widgets.build(figure_id)
+        changes = []
+        before = page.evaluate(COLLECT_JS, [figure_id, "live"])
+        for key, widget in view.controls.items():
+            value = alternate_value(widget)
+            if value is None:       # buttons are pressed in the stepper tests
+                continue
+            patch = control_patch(figure_id, key, value)
+            assert patch, f"{figure_id}.{key}: changing it to {value!r} sets no Bokeh property"
+            page.evaluate(SET_JS, [figure_id, key, patch])
+            changes.append((key, value))
+            shown = wait_equal(page, figure_id, cpython_state(figure_id, changes))
+            assert close(shown, before), f"{figure_id}.{key}: moving it changed nothing"
+            before = shown
+        assert log.errors() == [], log.errors()
+        assert log.off_site() == [], log.off_site()
+    finally:
+        page.close()
+
+
+def test_batch_slider_matches_sim_in_cpython(chromium, server):
+    """ch04-batch-knee: the plotted point for a batch equals the sim's own number."""
+    from sim import roofline  # noqa: F401  (the figure's sim)
+
+    fid = "ch04-batch-knee"
+    page, log, _ = open_live(chromium, server, "ch04-batching.html", [fid])
+    try:
+        for batch in (256, 7, 1024):
+            page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", batch)])
+            shown = wait_equal(page, fid, cpython_state(fid, [("batch", batch)]))
+            assert shown["sources"]["point"]["batch"] == [batch]
+        assert log.errors() == []
+    finally:
+        page.close()
+
+
+def test_change_before_live_is_applied_when_live(chromium, server):
+    """A slider moved on the static preview is carried into the live figure."""
+    fid = "ch04-batch-knee"
+    page = chromium.new_page()
+    log = attach(page, server)
+    try:
+        page.goto(server + "ch04-batching.html")
+        page.wait_for_function("(id) => window.__guide?.figs?.get(id)?.staticRoot", arg=fid, timeout=30000)
+        assert page.evaluate(STATE_JS, fid) in ("static", "loading")
+        page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", 512)])
+        assert wait_states(page, [fid], timeout_s=180) == {fid: "live"}
+        wait_equal(page, fid, cpython_state(fid, [("batch", 512)]))
+        assert log.errors() == []
+    finally:
+        page.close()
+
+
+def test_standalone_figure_page(chromium, server):
+    fid = "ch04-batch-knee"
+    page, log, states = open_live(chromium, server, f"figure-{fid}.html", [fid])
+    try:
+        assert states == {fid: "live"}
+        assert log.errors() == [] and log.off_site() == []
+    finally:
+        page.close()
+
+
+def test_failing_python_shows_the_error_state(chromium, site_dir, tmp_path):
+    """A corrupt wheel makes the runtime fail: each figure says so, none is left blank."""
+    broken = tmp_path / "site"
+    shutil.copytree(site_dir, broken)
+    wheel = next((broken / "vendor/pyodide").glob("llm_inference_guide-*.whl"))
+    with zipfile.ZipFile(wheel, "a") as z:          # the lock's sha256 no longer matches
+        z.writestr("widgets/extra.py", "x = 1\n")
+    with build.serving(broken) as base:
+        page = chromium.new_page()
+        log = attach(page, base)
+        page.goto(base + "ch04-batching.html")
+        states = wait_states(page, ["ch04-batch-knee"], timeout_s=180)
+        assert states == {"ch04-batch-knee": "error"}
+        message = page.locator('[data-figure="ch04-batch-knee"] .fig-error').inner_text()
+        assert "llm-inference-guide" in message or "llm_inference_guide" in message, message
+        # the static preview is still there, not a blank box
+        assert page.locator('[data-figure="ch04-batch-knee"] .fig-preview').count() == 1
+        assert page.locator('[data-figure="ch04-batch-knee"] .fig-preview').inner_html().strip()
+        assert any("figure ch04-batch-knee" in t for _, t in log.errors())
+        page.close()

@@ -634,6 +634,18 @@ def read_references() -> dict[str, dict]:
     return {r["key"]: r for r in refs}
 
 
+def sim_namespace():
+    """`sim` with every submodule imported, for numbers computed in chapter text:
+    {{ "%.0f" | format(sim.roofline.ridge_point(sim.hardware.get("H100-SXM"))) }}."""
+    import importlib
+    import pkgutil
+
+    import sim
+    for m in pkgutil.iter_modules(sim.__path__):
+        importlib.import_module(f"sim.{m.name}")
+    return sim
+
+
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
                  references: dict[str, dict], runtime: Runtime) -> None:
     """Step 4: chapter pages, one page per figure, the index and the references."""
@@ -644,7 +656,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True)
     common = {"FIGURES": figures, "REFERENCES": references, "vendor": VENDOR,
-              "versions": runtime.versions}
+              "versions": runtime.versions, "sim": sim_namespace()}
     cited: dict[str, list[Chapter]] = {}
 
     def write(name: str, html_text: str) -> None:
@@ -687,6 +699,9 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         **common, references=refs, figures=[], body_class="references-page",
         page_title="References · LLM inference, live"))
     log("site/references.toml", "references.html")
+    listing = [{"number": c.number, "title": c.title, "file": c.file, "figures": c.figures} for c in chapters]
+    write("chapters.json", json.dumps(listing, indent=1) + "\n")
+    log("chapters", "chapters.json")
     static = out / "static"
     shutil.copytree(SITE_SRC / "static", static)
     for p in sorted(static.rglob("*")):
@@ -773,7 +788,9 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         if path.is_file() and gz.is_file() and "gzip" in self.headers.get("Accept-Encoding", ""):
             stat = gz.stat()
             etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
-            if self.headers.get("If-None-Match") == etag:
+            modified = self.date_time_string(int(stat.st_mtime))
+            if self.headers.get("If-None-Match") == etag or (
+                    "If-None-Match" not in self.headers and self.headers.get("If-Modified-Since") == modified):
                 self.send_response(304)
                 self.send_header("ETag", etag)
                 self.end_headers()
@@ -783,6 +800,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
             self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(stat.st_size))
             self.send_header("ETag", etag)
+            self.send_header("Last-Modified", modified)
             self.end_headers()
             return open(gz, "rb")
         return super().send_head()
@@ -821,7 +839,7 @@ def serving(root: Path, port: int = 0, counters: dict | None = None):
         httpd.server_close()
 
 
-def build(out: Path, pyodide_dir: Path | None = None) -> None:
+def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = None) -> None:
     """Run the whole recipe into a staging folder, then swap it in."""
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -830,6 +848,12 @@ def build(out: Path, pyodide_dir: Path | None = None) -> None:
         runtime = vendor_runtime(staging, pyodide_dir)
         build_guide_wheel(staging, runtime)
         chapters = read_chapters()
+        if only:
+            chapters = [c for c in chapters if c.number in only]
+            for a, b in zip(chapters, chapters[1:]):
+                a.next, b.prev = b, a
+            if chapters:
+                chapters[0].prev = chapters[-1].next = None
         references = read_references()
         figure_ids = [f for c in chapters for f in c.figures]
         figures = prerender_figures(figure_ids, runtime)
@@ -852,6 +876,8 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true", help="with --serve: serve the existing build")
     ap.add_argument("--verify", action="store_true", help="check an existing build against its MANIFEST.json")
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+    ap.add_argument("--chapters", type=lambda t: [int(x) for x in t.split(",")],
+                    help="build only these chapter numbers, e.g. 3,4 (for working on a chapter)")
     args = ap.parse_args()
     out = args.out.resolve()
     if args.verify:
@@ -860,7 +886,7 @@ def main() -> int:
         return 1 if problems else 0
     if not args.no_build:
         try:
-            build(out, args.pyodide_dir)
+            build(out, args.pyodide_dir, args.chapters)
         except BuildError as e:
             print(f"build failed: {e}\n(the previous site in {out} is unchanged)", file=sys.stderr)
             return 1

@@ -1,4 +1,23 @@
 """Simulations behind the guide's figures: pure Python + numpy, no UI, no torch.
 
 Every module here runs unchanged in CPython 3.11/3.12 and in the browser on Pyodide.
+Importing `sim` imports nothing else; import the module a figure needs:
+
+    hardware     GPU catalogue (spec-sheet numbers with sources) and memory hierarchy
+    models       model catalogue and parameter breakdowns
+    dtypes       storage width of each number format
+    calibration  effective bandwidth / FLOP/s / launch cost per device (from traces or defaults)
+    roofline     FLOPs, bytes and time per op and per forward pass; ridge, knee, sweeps
+    latency      TTFT, TPOT, ITL, end-to-end; throughput and goodput under SLOs
+    kv           KV-cache size, budget and sequences that fit
+    paging       paged KV blocks, block tables, chained hashes, prefix caching
+    scheduler    discrete-event simulation of static / continuous batching
+    speculative  speculative decoding: expected tokens, rejection sampling, speedup
+    quant        integer / fp8 / fp4 / NVFP4 quantization and its error
+    pruning      magnitude and 2:4 pruning; the bytes model of sparse + quantized weights
+    attention    naive vs tiled attention traffic; split-KV decode
+    parallel     tensor / pipeline / data parallel planner
+    sampling     temperature, top-k, top-p
+    pipeline     the stages of one forward call and where the weights live
+    figures      which function computes each figure
 """

@@ -1,20 +1,31 @@
-"""GPU catalogue: spec-sheet numbers, each with its source.
+"""GPU catalogue: spec-sheet numbers, each with its source, and the memory hierarchy they imply.
 
-Every number is the vendor's published figure (dense, i.e. without 2:4 sparsity),
-in SI units: bytes, bytes per second, FLOP per second.
+Every throughput is the vendor's published *dense* figure (without 2:4 sparsity), in SI
+units: bytes, bytes per second, FLOP per second. Capacities of on-chip memories are in
+binary units (KiB, MiB) as the architecture documents give them; HBM capacity is the
+datasheet's decimal GB.
 
 >>> get("H100-SXM").hbm_bandwidth_bytes_per_s
 3350000000000.0
+>>> names()
+['H100-SXM', 'H200', 'A100-80GB', 'B200', 'L40S', 'RTX-4090']
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Union
+
+import numpy as np
 
 GB = 1e9
 TB = 1e12
 KiB = 1024
 MiB = 1024 ** 2
+
+SMEM_BYTES_PER_CLOCK_PER_SM = 128     # 32 banks x 4 bytes per clock (CUDA C++ Programming Guide, shared memory)
+REGISTER_OPERAND_BYTES_PER_LANE = 12  # one FMA reads 3 fp32 operands of 4 bytes each
+A100_L2_BYTES_PER_CLOCK = 5120        # NVIDIA A100 Tensor Core GPU Architecture whitepaper: L2 read bandwidth
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,10 @@ class GPU:
     l2_bytes: int
     nvlink_bandwidth_bytes_per_s: float | None   # total per GPU, both directions; None if no NVLink
     sources: Mapping[str, str] = field(default_factory=dict)   # field -> citation
+    memory_type: str = "HBM"             # "HBM3", "GDDR6X", ...
+    boost_clock_hz: float | None = None  # SM clock used to derive on-chip bandwidths; None if unpublished
+    fp32_lanes_per_sm: int | None = None  # FP32 cores per SM (register-operand derivation)
+    l2_bytes_per_clock: int | None = None  # published L2 read bandwidth per clock, if any
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s for `dtype`; ValueError lists the dtypes this chip has."""
@@ -42,8 +57,28 @@ class GPU:
             raise ValueError(f"{self.name} has no dense {dtype!r} throughput; "
                              f"valid dtypes: {', '.join(sorted(self.dense_flops))}") from None
 
+    @property
+    def nvlink_bytes_per_s_per_direction(self) -> float | None:
+        """NVLink bandwidth one way (half the bidirectional datasheet total); None without NVLink."""
+        if self.nvlink_bandwidth_bytes_per_s is None:
+            return None
+        return self.nvlink_bandwidth_bytes_per_s / 2
+
 
 _H100_SRC = "R4: NVIDIA H100 Tensor Core GPU datasheet; R30: NVIDIA Hopper Architecture In-Depth"
+_H100_CLOCK = "clock implied by the R4 datasheet's 67 TFLOP/s FP32 over 132 SMs x 128 FP32 lanes x 2 FLOP"
+_H200_SRC = "NVIDIA H200 Tensor Core GPU datasheet; compute as H100 SXM (R4, R30)"
+_A100_SRC = ("NVIDIA A100 Tensor Core GPU datasheet (80GB SXM); "
+             "NVIDIA A100 Tensor Core GPU Architecture whitepaper")
+_B200_SRC = "NVIDIA HGX B200 / DGX B200 datasheets (8-GPU totals divided by 8; dense = half the sparse figure)"
+_B200_ONCHIP = ("CUDA C++ Programming Guide, compute capability 10.0 (64K 32-bit registers and a 256 KB "
+                "unified L1/shared memory per SM); SM count and L2 size are not on the datasheet: "
+                "148 SMs and 126 MB L2 as reported by CUDA device queries in public B200 measurements")
+_L40S_SRC = ("NVIDIA L40S datasheet (dense = half the '*with sparsity' figure); "
+             "NVIDIA Ada Lovelace architecture whitepaper (SM layout)")
+_L40S_CLOCK = "clock implied by the L40S datasheet's 91.6 TFLOP/s FP32 over 142 SMs x 128 FP32 lanes x 2 FLOP"
+_4090_SRC = ("NVIDIA Ada Lovelace GPU architecture whitepaper, RTX 4090 column "
+             "(tensor figures with FP32 accumulate, dense)")
 
 CATALOGUE: dict[str, GPU] = {
     "H100-SXM": GPU(
@@ -57,7 +92,10 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=256 * KiB,             # R30
         l2_bytes=50 * MiB,                          # R30
         nvlink_bandwidth_bytes_per_s=900 * GB,      # R4: NVLink 900 GB/s
-        sources={"all": _H100_SRC},
+        sources={"all": _H100_SRC, "boost_clock_hz": _H100_CLOCK},
+        memory_type="HBM3",                         # R4
+        boost_clock_hz=1.98e9,                      # 67e12 / (132 * 128 * 2), see _H100_CLOCK
+        fp32_lanes_per_sm=128,                      # R30: 128 FP32 cores per SM
     ),
     "H200": GPU(
         name="H200", display_name="NVIDIA H200 SXM 141GB", arch="hopper",
@@ -70,7 +108,76 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=256 * KiB,
         l2_bytes=50 * MiB,
         nvlink_bandwidth_bytes_per_s=900 * GB,
-        sources={"all": "NVIDIA H200 Tensor Core GPU datasheet; compute as H100 SXM (R4, R30)"},
+        sources={"all": _H200_SRC, "boost_clock_hz": _H100_CLOCK},
+        memory_type="HBM3e",                        # NVIDIA H200 datasheet
+        boost_clock_hz=1.98e9,                      # H200 datasheet lists the same 67 TFLOP/s FP32 as H100 SXM
+        fp32_lanes_per_sm=128,                      # R30
+    ),
+    "A100-80GB": GPU(
+        name="A100-80GB", display_name="NVIDIA A100 SXM4 80GB", arch="ampere",
+        hbm_bytes=80 * GB,                          # A100 datasheet: 80 GB HBM2e
+        hbm_bandwidth_bytes_per_s=2039 * GB,       # A100 datasheet (80GB SXM): 2,039 GB/s
+        dense_flops={"bf16": 312e12, "fp16": 312e12,  # A100 datasheet: 624 TFLOP/s is the sparse figure
+                     "int8": 624e12},               # A100 datasheet: 1,248 TOPS sparse; no fp8 on Ampere
+        sm_count=108,                               # A100 whitepaper
+        register_file_bytes_per_sm=256 * KiB,       # A100 whitepaper: 64K 32-bit registers per SM
+        smem_l1_bytes_per_sm=192 * KiB,             # A100 whitepaper: 192 KB combined L1/shared per SM
+        l2_bytes=40 * MiB,                          # A100 whitepaper
+        nvlink_bandwidth_bytes_per_s=600 * GB,      # A100 datasheet: NVLink 600 GB/s
+        sources={"all": _A100_SRC},
+        memory_type="HBM2e",                        # A100 datasheet
+        boost_clock_hz=1.41e9,                      # A100 whitepaper: 1410 MHz boost
+        fp32_lanes_per_sm=64,                       # A100 whitepaper: 64 FP32 cores per SM
+        l2_bytes_per_clock=A100_L2_BYTES_PER_CLOCK,  # A100 whitepaper: 5120 bytes/clk L2 read
+    ),
+    "B200": GPU(
+        name="B200", display_name="NVIDIA B200 180GB", arch="blackwell",
+        hbm_bytes=180 * GB,                         # HGX B200 datasheet: 1,440 GB for 8 GPUs
+        hbm_bandwidth_bytes_per_s=8 * TB,           # HGX B200 datasheet: 64 TB/s for 8 GPUs
+        dense_flops={"bf16": 2.25e15, "fp16": 2.25e15,  # HGX B200: 36 PFLOP/s sparse for 8 GPUs
+                     "fp8": 4.5e15, "int8": 4.5e15,     # HGX B200: 72 PFLOP/s (POPS) sparse for 8 GPUs
+                     "fp4": 9e15},                      # HGX B200: 144 PFLOP/s sparse for 8 GPUs
+        sm_count=148,                               # see _B200_ONCHIP
+        register_file_bytes_per_sm=256 * KiB,       # CUDA Programming Guide, cc 10.0
+        smem_l1_bytes_per_sm=256 * KiB,             # CUDA Programming Guide, cc 10.0
+        l2_bytes=126 * MiB,                         # see _B200_ONCHIP
+        nvlink_bandwidth_bytes_per_s=1800 * GB,     # HGX B200 datasheet: NVLink 5, 1.8 TB/s per GPU
+        sources={"all": _B200_SRC, "on-chip": _B200_ONCHIP,
+                 "boost_clock_hz": "not published by NVIDIA; on-chip bandwidths are left undetermined"},
+        memory_type="HBM3e",                        # HGX B200 datasheet
+    ),
+    "L40S": GPU(
+        name="L40S", display_name="NVIDIA L40S 48GB", arch="ada",
+        hbm_bytes=48 * GB,                          # L40S datasheet: 48 GB GDDR6 with ECC
+        hbm_bandwidth_bytes_per_s=864 * GB,         # L40S datasheet: 864 GB/s
+        dense_flops={"bf16": 366e12, "fp16": 366e12,  # L40S datasheet: 733 TFLOP/s with sparsity
+                     "fp8": 733e12, "int8": 733e12},  # L40S datasheet: 1,466 with sparsity
+        sm_count=142,                               # Ada whitepaper / L40S product brief
+        register_file_bytes_per_sm=256 * KiB,       # Ada whitepaper: 64K 32-bit registers per SM
+        smem_l1_bytes_per_sm=128 * KiB,             # Ada whitepaper: 128 KB L1/shared per SM
+        l2_bytes=96 * MiB,                          # Ada whitepaper: 96 MB on AD102 as used by L40S
+        nvlink_bandwidth_bytes_per_s=None,          # L40S datasheet: no NVLink (PCIe Gen4 x16)
+        sources={"all": _L40S_SRC, "boost_clock_hz": _L40S_CLOCK},
+        memory_type="GDDR6",
+        boost_clock_hz=2.52e9,                      # 91.6e12 / (142 * 128 * 2), see _L40S_CLOCK
+        fp32_lanes_per_sm=128,                      # Ada whitepaper
+    ),
+    "RTX-4090": GPU(
+        name="RTX-4090", display_name="NVIDIA GeForce RTX 4090 24GB", arch="ada",
+        hbm_bytes=24 * GB,                          # Ada whitepaper: 24 GB GDDR6X
+        hbm_bandwidth_bytes_per_s=1008 * GB,        # Ada whitepaper: 1,008 GB/s
+        dense_flops={"bf16": 165.2e12, "fp16": 165.2e12,  # Ada whitepaper, FP32 accumulate (330.3 with FP16 accumulate)
+                     "fp8": 330.3e12,                     # Ada whitepaper, FP32 accumulate
+                     "int8": 660.6e12},                   # Ada whitepaper
+        sm_count=128,                               # Ada whitepaper
+        register_file_bytes_per_sm=256 * KiB,       # Ada whitepaper
+        smem_l1_bytes_per_sm=128 * KiB,             # Ada whitepaper
+        l2_bytes=72 * MiB,                          # Ada whitepaper: 72 MB on RTX 4090
+        nvlink_bandwidth_bytes_per_s=None,          # no NVLink on RTX 4090
+        sources={"all": _4090_SRC},
+        memory_type="GDDR6X",
+        boost_clock_hz=2.52e9,                      # Ada whitepaper: 2520 MHz boost
+        fp32_lanes_per_sm=128,                      # Ada whitepaper
     ),
 }
 
@@ -84,5 +191,85 @@ def get(name: str) -> GPU:
     """Look up a GPU by catalogue key; ValueError lists the valid names."""
     try:
         return CATALOGUE[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise ValueError(f"unknown GPU {name!r}; valid names: {', '.join(CATALOGUE)}") from None
+
+
+def resolve(gpu: Union[str, GPU]) -> GPU:
+    """A GPU given either as a catalogue key or as a GPU object."""
+    return gpu if isinstance(gpu, GPU) else get(gpu)
+
+
+# --------------------------------------------------------------------------------------------
+# Memory hierarchy (figure ch03-hierarchy)
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HierarchyParams:
+    """Controls of the memory-hierarchy figure."""
+
+    gpu: str = "H100-SXM"
+
+
+@dataclass(frozen=True)
+class HierarchyResult:
+    """Capacity and bandwidth of each memory level of one GPU, fastest first."""
+
+    gpu: str                             # display name
+    levels: list[str]                    # ["registers", "shared memory / L1", "L2 cache", "HBM" or "GDDR"]
+    capacity_bytes: np.ndarray           # (levels,) whole chip
+    bandwidth_bytes_per_s: np.ndarray    # (levels,) whole chip; nan where no figure can be given
+    bandwidth_basis: list[str]           # per level: how the bandwidth was obtained
+    bandwidth_over_dram: np.ndarray      # (levels,) bandwidth / DRAM bandwidth
+
+
+def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) -> HierarchyResult:
+    """Capacity and bandwidth of registers, shared memory/L1, L2 and DRAM for one GPU.
+
+    Capacities are per SM times the SM count. Bandwidths other than DRAM are derived,
+    and each level says how:
+
+    - registers: SMs x FP32 lanes x 12 bytes (three 4-byte operands per FMA) x clock,
+      the operand traffic that keeps every FP32 lane busy;
+    - shared memory/L1: SMs x 128 bytes per clock (32 banks of 4 bytes) x clock. For the
+      A100 this gives 108 x 128 x 1.41e9 = 19.5 TB/s, the "about 19 TB/s" of R27;
+    - L2: the A100 whitepaper's 5,120 bytes per clock at the A100 clock; other chips have
+      no published L2 bandwidth, so the same bytes per clock is assumed at their clock;
+    - DRAM: the datasheet.
+
+    Where the clock is unpublished (B200) the on-chip bandwidths are nan.
+
+    >>> r = memory_hierarchy("A100-80GB")
+    >>> round(float(r.bandwidth_bytes_per_s[1]) / 1e12, 1)
+    19.5
+    """
+    g = resolve(gpu.gpu if isinstance(gpu, HierarchyParams) else gpu)
+    clock = g.boost_clock_hz
+    dram = "GDDR" if g.memory_type.startswith("GDDR") else "HBM"
+    levels = ["registers", "shared memory / L1", "L2 cache", dram]
+    capacity = np.array([g.register_file_bytes_per_sm * g.sm_count,
+                         g.smem_l1_bytes_per_sm * g.sm_count,
+                         g.l2_bytes, g.hbm_bytes], dtype=float)
+    nan = math.nan
+    if clock is None:
+        reg_bw = smem_bw = l2_bw = nan
+        basis = ["unknown: clock not published"] * 3
+    else:
+        lanes = g.fp32_lanes_per_sm
+        reg_bw = nan if lanes is None else g.sm_count * lanes * REGISTER_OPERAND_BYTES_PER_LANE * clock
+        smem_bw = g.sm_count * SMEM_BYTES_PER_CLOCK_PER_SM * clock
+        if g.l2_bytes_per_clock is not None:
+            l2_bw = g.l2_bytes_per_clock * clock
+            l2_basis = f"published: {g.l2_bytes_per_clock} bytes/clock x {clock / 1e9:.2f} GHz"
+        else:
+            l2_bw = A100_L2_BYTES_PER_CLOCK * clock
+            l2_basis = (f"assumed: no published figure; A100's {A100_L2_BYTES_PER_CLOCK} bytes/clock "
+                        f"x {clock / 1e9:.2f} GHz")
+        basis = [f"derived: {g.sm_count} SMs x {lanes} FP32 lanes x 12 B x {clock / 1e9:.2f} GHz",
+                 f"derived: {g.sm_count} SMs x 128 B/clock x {clock / 1e9:.2f} GHz",
+                 l2_basis]
+    basis.append("datasheet")
+    bandwidth = np.array([reg_bw, smem_bw, l2_bw, g.hbm_bandwidth_bytes_per_s], dtype=float)
+    return HierarchyResult(gpu=g.display_name, levels=levels, capacity_bytes=capacity,
+                           bandwidth_bytes_per_s=bandwidth, bandwidth_basis=basis,
+                           bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s)

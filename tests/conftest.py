@@ -1,6 +1,8 @@
 """Shared fixtures: the built site, one local server and one headless Chromium for all tests."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,14 +10,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SITE = ROOT / "_site"
+SITE = Path(os.environ.get("GUIDE_SITE", ROOT / "_site")).resolve()   # the build under test
+
+
+def built_chapters() -> list[dict]:
+    """Chapters (number, title, file, figures) of the site under test, for parametrizing."""
+    listing = SITE / "chapters.json"
+    if listing.is_file():
+        return json.loads(listing.read_text())
+    import build
+    return [{"number": c.number, "title": c.title, "file": c.file, "figures": c.figures}
+            for c in build.read_chapters()]
 
 
 @pytest.fixture(scope="session")
 def site_dir() -> Path:
     """The built site (./dev test builds it first; built here if it is missing)."""
     if not (SITE / "MANIFEST.json").is_file():
-        subprocess.run([sys.executable, str(ROOT / "build.py")], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, str(ROOT / "build.py"), "--out", str(SITE)], check=True, cwd=ROOT)
     return SITE
 
 

@@ -109,6 +109,8 @@ def alternate_value(widget) -> Any:
 
     if isinstance(widget, pn.widgets.Button):
         return None
+    if isinstance(widget, pn.widgets.Player):
+        return widget.end if widget.value != widget.end else widget.start
     if isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
         return not widget.value
     if isinstance(widget, pn.widgets.DiscreteSlider):

@@ -15,13 +15,14 @@ import pytest
 import build
 import widgets
 from tests.browser import STATE_JS, attach, wait_states
+from tests.conftest import built_chapters
 from tests.figures import COLLECT_JS, SET_JS, alternate_value, close, control_patch, cpython_state
 
 pytestmark = pytest.mark.browser
 
-CHAPTERS = build.read_chapters()
-PAGES = [(c.file, c.figures) for c in CHAPTERS if c.figures]
-FIGURES = [(f, c.file) for c in CHAPTERS for f in c.figures]
+CHAPTERS = built_chapters()
+PAGES = [(c["file"], c["figures"]) for c in CHAPTERS if c["figures"]]
+FIGURES = [(f, c["file"]) for c in CHAPTERS for f in c["figures"]]
 
 # Record every data-state a figure passes through (from the first byte of the page).
 TRACK_STATES_JS = """
@@ -107,9 +108,58 @@ def test_every_control_changes_the_figure_as_in_cpython(chromium, server, figure
         page.close()
 
 
+def steppers() -> list[tuple[str, str, str]]:
+    """(figure id, page, control key) of every step/back/play/reset control."""
+    import panel as pn
+    out = []
+    for fid, page_file in FIGURES:
+        for key, w in widgets.build(fid).controls.items():
+            if isinstance(w, pn.widgets.Player):
+                out.append((fid, page_file, key))
+    return out
+
+
+STEPPERS = steppers()
+
+
+@pytest.mark.parametrize("figure_id,page_file,key", STEPPERS, ids=[f"{f}.{k}" for f, _, k in STEPPERS])
+def test_stepper_steps_plays_reaches_the_end_and_resets(chromium, server, figure_id, page_file, key):
+    """The stepper's own buttons, clicked: next, last, first (reset), play then pause."""
+    page, log, _ = open_live(chromium, server, page_file, [figure_id])
+    try:
+        player = widgets.build(figure_id).controls[key]
+        button = lambda name: page.locator(f'[data-figure="{figure_id}"] .ctl-{key} .{name}').first
+        button("next").click()
+        wait_equal(page, figure_id, cpython_state(figure_id, [(key, player.start + 1)]))
+        button("last").click()
+        wait_equal(page, figure_id, cpython_state(figure_id, [(key, player.end)]))
+        button("first").click()
+        wait_equal(page, figure_id, cpython_state(figure_id, [(key, player.start)]))
+        button("play").click()
+        page.wait_for_function(
+            """([id, key, v]) => { const f = window.__guide.figs.get(id);
+                 const m = [f.liveRoot, ...f.liveRoot.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
+                 return m.value >= v; }""", arg=[figure_id, key, min(player.start + 2, player.end)], timeout=30000)
+        button("pause").click()
+        page.wait_for_timeout(1500)
+        value = page.evaluate(
+            """([id, key]) => { const f = window.__guide.figs.get(id);
+                 return [f.liveRoot, ...f.liveRoot.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`)).value; }""",
+            [figure_id, key])
+        wait_equal(page, figure_id, cpython_state(figure_id, [(key, value)]))
+        assert log.errors() == [], log.errors()
+    finally:
+        page.close()
+
+
+needs_ch04 = pytest.mark.skipif(not any(c["file"] == "ch04-batching.html" for c in CHAPTERS),
+                                reason="the site under test was built without chapter 4")
+
+
+@needs_ch04
 def test_batch_slider_matches_sim_in_cpython(chromium, server):
     """ch04-batch-knee: the plotted point for a batch equals the sim's own number."""
-    from sim import roofline  # noqa: F401  (the figure's sim)
+    from sim import roofline
 
     fid = "ch04-batch-knee"
     page, log, _ = open_live(chromium, server, "ch04-batching.html", [fid])
@@ -117,12 +167,17 @@ def test_batch_slider_matches_sim_in_cpython(chromium, server):
         for batch in (256, 7, 1024):
             page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", batch)])
             shown = wait_equal(page, fid, cpython_state(fid, [("batch", batch)]))
+            r = roofline.sweep_batch(roofline.BatchSweepParams(batch=batch, model="llama-3.1-8b",
+                                                                gpu="H100-SXM", context_tokens=256))
             assert shown["sources"]["point"]["batch"] == [batch]
+            assert shown["sources"]["point"]["step_ms"][0] == pytest.approx(r.step_time_s_at_batch * 1e3, rel=1e-12)
+            assert shown["sources"]["curve"]["step_ms"] == pytest.approx((r.step_time_s * 1e3).tolist(), rel=1e-12)
         assert log.errors() == []
     finally:
         page.close()
 
 
+@needs_ch04
 def test_change_before_live_is_applied_when_live(chromium, server):
     """A slider moved on the static preview is carried into the live figure."""
     fid = "ch04-batch-knee"
@@ -140,6 +195,7 @@ def test_change_before_live_is_applied_when_live(chromium, server):
         page.close()
 
 
+@needs_ch04
 def test_standalone_figure_page(chromium, server):
     fid = "ch04-batch-knee"
     page, log, states = open_live(chromium, server, f"figure-{fid}.html", [fid])
@@ -150,6 +206,7 @@ def test_standalone_figure_page(chromium, server):
         page.close()
 
 
+@needs_ch04
 def test_failing_python_shows_the_error_state(chromium, site_dir, tmp_path):
     """A corrupt wheel makes the runtime fail: each figure says so, none is left blank."""
     broken = tmp_path / "site"

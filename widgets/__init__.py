@@ -1,15 +1,20 @@
 """One module per figure: controls -> one sim call -> a Bokeh/Panel view.
 
-`FIGURES` maps each figure id to its module; `build(figure_id)` imports the module
-and returns its FigureView. Modules are imported lazily, so a page pays only for
-the figures it shows.
+A figure's module is named after its id: figure "ch04-batch-knee" lives in
+widgets/ch04_batch_knee.py. `FIGURES` maps every id to its module name (found by
+listing this package, without importing anything); `build(figure_id)` imports the
+module and returns its FigureView, so a page pays only for the figures it shows.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 
 FIGURES: dict[str, str] = {
-    "ch04-batch-knee": "widgets.ch04_batch_knee",
+    m.name.replace("_", "-"): f"{__name__}.{m.name}"
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+    if re.fullmatch(r"ch\d\d_[a-z0-9_]+", m.name)
 }
 
 
@@ -19,7 +24,10 @@ def module(figure_id: str):
         name = FIGURES[figure_id]
     except KeyError:
         raise ValueError(f"unknown figure {figure_id!r}; valid ids: {', '.join(FIGURES)}") from None
-    return importlib.import_module(name)
+    mod = importlib.import_module(name)
+    if getattr(mod, "FIGURE_ID", None) != figure_id:
+        raise ValueError(f"{name} must set FIGURE_ID = {figure_id!r}")
+    return mod
 
 
 def build(figure_id: str):

@@ -104,3 +104,18 @@ def watch(widgets: list[pn.widgets.Widget], callback: Callable[[], None],
     """Call `callback()` whenever any of the widgets' `param` changes."""
     for w in widgets:
         w.param.watch(lambda _event: callback(), param)
+
+
+def stepper(n_steps: int, label: str = "Step", interval_ms: int = 900,
+            width: int = CONTROL_WIDTH) -> pn.widgets.Player:
+    """Reset / back / play / pause / step / last controls over steps 0..n_steps-1.
+
+    A Panel Player: its buttons run in the page, and every step change reaches the
+    figure's Python like any other control ("first" is the reset button).
+    """
+    if n_steps < 1:
+        raise ValueError(f"a stepper needs at least one step, got {n_steps}")
+    return pn.widgets.Player(label=label, start=0, end=n_steps - 1, value=0, interval=interval_ms,
+                             loop_policy="once", show_loop_controls=False, show_value=True,
+                             visible_buttons=["first", "previous", "pause", "play", "next", "last"],
+                             width=width)

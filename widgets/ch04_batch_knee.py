@@ -1,65 +1,79 @@
 """ch04-batch-knee: why batching is nearly free until the knee.
 
 A decode step reads every weight once, whatever the batch. Below the knee, adding
-users adds FLOPs the tensor cores absorb without reading more bytes, so the step
-time stays flat and total tokens/s grows with the batch. Past the knee the step is
+users adds FLOPs the tensor cores absorb without reading more bytes, so the step time
+stays flat and total tokens/s grows with the batch. Past the knee the step is
 compute-bound: time grows with the batch and per-user speed falls.
 
-Controls: batch size (1..1024), GPU, model.
+Controls: batch size (1..1024), GPU, model, and the context each user already holds.
+One call: sim.roofline.sweep_batch.
 """
 from __future__ import annotations
 
-import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, Span
+from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
-from sim import calibration, hardware, models
-from widgets.base import (BLUE, CONTROL_WIDTH, ORANGE, FigureView, plot, provenance, readout,
-                          rows_table, watch)
+from sim import hardware, models
+from sim.roofline import BatchSweepParams, sweep_batch
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, plot, provenance,
+                          readout, rows_table, watch)
 
 FIGURE_ID = "ch04-batch-knee"
 TITLE = "Decode step time and throughput against batch size"
-BATCHES = np.unique(np.round(np.logspace(0, 10, 81, base=2)).astype(int))   # 1..1024
-
-
-def _step_times_s(model_name: str, gpu_name: str, batches: np.ndarray) -> np.ndarray:
-    gpu, model = hardware.get(gpu_name), models.get(model_name)
-    cal = calibration.for_gpu(gpu)
-    per_layer = np.array([sum(cal.gemm_time_s(int(b), n, k) for k, n in model.linear_shapes().values())
-                          for b in batches])
-    return per_layer * model.num_layers
+CONTEXTS = {"256 tokens": 256, "2,048 tokens": 2048, "8,192 tokens": 8192, "32,768 tokens": 32768}
 
 
 def build() -> FigureView:
     batch = pn.widgets.IntSlider(label="Batch size (concurrent users)", start=1, end=1024, value=1,
                                  width=CONTROL_WIDTH)
     gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b",
-                              width=CONTROL_WIDTH)
-    curve = ColumnDataSource(data={"batch": [], "step_ms": [], "tokens_per_s": []})
-    point = ColumnDataSource(data={"batch": [], "step_ms": [], "tokens_per_s": []})
+    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
+    context = pn.widgets.Select(label="Context per user", options=CONTEXTS, value=256, width=CONTROL_WIDTH)
 
-    p_time = plot("Decode step time", "batch size", "step time (ms)", x_type="log")
+    curve = ColumnDataSource(data={"batch": [], "step_ms": [], "total": [], "per_user": []})
+    point = ColumnDataSource(data={"batch": [], "step_ms": [], "total": [], "per_user": []})
+    knee = Span(location=1, dimension="height", line_dash="dashed", line_color="#888", line_width=1)
+
+    p_time = plot("Decode step time", "batch size (log scale)", "step time (ms)", x_type="log",
+                  width=300, height=300)
     p_time.line("batch", "step_ms", source=curve, line_width=2, color=BLUE)
     p_time.scatter("batch", "step_ms", source=point, size=9, color=ORANGE)
-    knee = Span(location=1, dimension="height", line_dash="dashed", line_color="#999")
     p_time.add_layout(knee)
-    numbers, note = readout(), readout()
+
+    p_rate = plot("Tokens per second", "batch size (log scale)", "tokens/s (log scale)", x_type="log",
+                  y_type="log", width=300, height=300)
+    total = p_rate.line("batch", "total", source=curve, line_width=2, color=GREEN)
+    per_user = p_rate.line("batch", "per_user", source=curve, line_width=2, color=VERMILION)
+    p_rate.scatter("batch", "total", source=point, size=8, color=GREEN)
+    p_rate.scatter("batch", "per_user", source=point, size=8, color=VERMILION)
+    p_rate.add_layout(Legend(items=[LegendItem(label="total", renderers=[total]),
+                                    LegendItem(label="per user", renderers=[per_user])],
+                             location="center_right", label_text_font_size="11px"), "center")
+    numbers, note = readout(), readout(width=620)
 
     def update() -> None:
-        t = _step_times_s(model.value, gpu.value, BATCHES) * 1e3
-        curve.data = {"batch": BATCHES, "step_ms": t, "tokens_per_s": BATCHES / t * 1e3}
-        t_b = _step_times_s(model.value, gpu.value, np.array([batch.value]))[0] * 1e3
-        point.data = {"batch": [batch.value], "step_ms": [t_b], "tokens_per_s": [batch.value / t_b * 1e3]}
-        numbers.object = rows_table([("step time", f"{t_b:.2f} ms"),
-                                     ("total", f"{batch.value / t_b * 1e3:,.0f} tokens/s"),
-                                     ("per user", f"{1e3 / t_b:,.1f} tokens/s")])
-        note.object = provenance(calibration.for_gpu(hardware.get(gpu.value)).note)
+        r = sweep_batch(BatchSweepParams(model=model.value, gpu=gpu.value, batch=batch.value,
+                                         context_tokens=context.value))
+        curve.data = {"batch": r.batch_grid, "step_ms": r.step_time_s * 1e3,
+                      "total": r.tokens_per_s_total, "per_user": r.tokens_per_s_per_user}
+        point.data = {"batch": [r.batch], "step_ms": [r.step_time_s_at_batch * 1e3],
+                      "total": [r.tokens_per_s_total_at_batch], "per_user": [r.tokens_per_s_per_user_at_batch]}
+        knee.location = r.knee_batch
+        numbers.object = rows_table([
+            ("step time", f"{r.step_time_s_at_batch * 1e3:.2f} ms"),
+            ("total", f"{r.tokens_per_s_total_at_batch:,.0f} tokens/s"),
+            ("per user", f"{r.tokens_per_s_per_user_at_batch:,.1f} tokens/s"),
+            ("GEMMs are", f"{r.bound_at_batch}-bound"),
+            ("knee (dashed)", f"batch {r.knee_batch:,.0f}"),
+        ])
+        note.object = provenance(f"{models.get(model.value).display_name}, bf16 weights. {r.calibration_note}")
 
-    watch([batch, gpu, model], update)
+    watch([batch, gpu, model, context], update)
     update()
-    layout = pn.Row(pn.Column(batch, gpu, model, numbers, width=CONTROL_WIDTH + 20),
-                    pn.Column(pn.pane.Bokeh(p_time), note))
-    return FigureView(FIGURE_ID, layout, controls={"batch": batch, "gpu": gpu, "model": model},
+    layout = pn.Column(
+        pn.Row(pn.Column(batch, gpu, model, context, numbers, width=CONTROL_WIDTH + 20),
+               pn.pane.Bokeh(p_time), pn.pane.Bokeh(p_rate)),
+        note)
+    return FigureView(FIGURE_ID, layout, controls={"batch": batch, "gpu": gpu, "model": model, "context": context},
                       sources={"curve": curve, "point": point},
-                      readouts={"numbers": numbers, "note": note}, plots=[p_time])
+                      readouts={"numbers": numbers, "note": note}, plots=[p_time, p_rate])

@@ -421,6 +421,10 @@ def control_html(w) -> str:
     if isinstance(w, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
         mark = "&#9745;" if w.value else "&#9744;"
         return f'<div class="pst-ctl" style="{width}"><div class="pst-check">{mark} {label}</div></div>'
+    if isinstance(w, pn.widgets.Player):
+        buttons = "".join(f'<span class="pst-button">{g}</span>' for g in ("&#9198;", "&#9664;", "&#9654;", "&#9654;&#10073;", "&#9197;"))
+        return (f'<div class="pst-ctl" style="{width}"><div class="pst-label">{label}: <b>{w.value}</b> '
+                f'of {w.end}</div><div class="pst-player">{buttons}</div></div>')
     if isinstance(w, pn.widgets.Button):
         return f'<div class="pst-ctl pst-inline"><span class="pst-button">{label}</span></div>'
     return f'<div class="pst-ctl" style="{width}"><div class="pst-label">{label}</div></div>'

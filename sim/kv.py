@@ -1,0 +1,238 @@
+"""KV cache: its size, the memory budget left for it, and how many sequences fit.
+
+Every layer keeps a key and a value vector per KV head for every token seen, so
+
+    bytes = 2 x layers x kv_heads x head_dim x tokens x batch x bytes_per_elem
+
+Llama 3.1 8B (32 layers, 8 KV heads of 128) at 8,192 tokens in fp16 is exactly 1 GiB;
+Llama 3.1 70B (80 layers, 8 KV heads of 128) at 131,072 tokens is 40 GiB (GUIDE_PLAN ch06).
+
+>>> kv_cache_bytes(layers=32, kv_heads=8, head_dim=128, seq_len=8192) == 2 ** 30
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import numpy as np
+
+from sim.calibration import Calibration
+from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range
+from sim.dtypes import bytes_per_elem
+from sim.hardware import resolve as resolve_gpu
+from sim.models import ModelConfig, weight_bytes
+from sim.models import resolve as resolve_model
+from sim.roofline import Batch, Precision, StepCost, batch_grid, forward_pass, stored_weight_bytes
+
+GiB = 2 ** 30
+ATTENTION_KINDS = ("model", "mha", "gqa", "mqa")
+GQA_KV_HEADS = 8                    # R15: GQA with 8 KV heads (groups) stays close to MHA quality
+VLLM_GPU_MEMORY_UTILIZATION = 0.9   # vLLM engine argument gpu_memory_utilization, default 0.9 (vLLM docs)
+
+
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int = 1,
+                   bytes_per_elem: float = 2) -> float:
+    """Bytes of the KV cache: 2 (K and V) x layers x kv_heads x head_dim x seq_len x batch x bytes_per_elem.
+
+    Returns an int when the product is whole (always, for widths of 1 byte or more).
+
+    >>> kv_cache_bytes(80, 8, 128, 131072) / 2 ** 30        # Llama 3.1 70B at 128K tokens
+    40.0
+    """
+    check_int("layers", layers, minimum=1)
+    check_int("kv_heads", kv_heads, minimum=1)
+    check_int("head_dim", head_dim, minimum=1)
+    check_int("seq_len", seq_len, minimum=0)
+    check_int("batch", batch, minimum=0)
+    check_positive("bytes_per_elem", bytes_per_elem)
+    elems = 2 * int(layers) * int(kv_heads) * int(head_dim) * int(seq_len) * int(batch)
+    total = elems * bytes_per_elem
+    return int(total) if float(total).is_integer() else float(total)
+
+
+def kv_heads_for(model: Union[str, ModelConfig], attention: str = "model") -> int:
+    """KV heads under an attention variant: "model" (as trained), "mha" (one per query head),
+    "gqa" (8 KV heads, R15), "mqa" (a single KV head).
+
+    >>> [kv_heads_for("llama-3.1-8b", a) for a in ATTENTION_KINDS]
+    [8, 32, 8, 1]
+    """
+    m = resolve_model(model)
+    check_choice("attention", attention, ATTENTION_KINDS, "attention kinds")
+    return {"model": m.num_kv_heads, "mha": m.num_heads, "gqa": min(GQA_KV_HEADS, m.num_heads),
+            "mqa": 1}[attention]
+
+
+def kv_bytes_per_token(model: Union[str, ModelConfig], kv_dtype: str = "bf16", attention: str = "model") -> float:
+    """Cache bytes one token adds across all layers: 2 x layers x kv_heads x head_dim x width.
+
+    >>> kv_bytes_per_token("llama-3.1-8b") / 1024          # 128 KiB per token
+    128.0
+    """
+    m = resolve_model(model)
+    return float(kv_cache_bytes(m.num_layers, kv_heads_for(m, attention), m.head_dim, 1, 1, bytes_per_elem(kv_dtype)))
+
+
+def sequences_that_fit(budget_bytes: float, model: Union[str, ModelConfig], context_tokens: int,
+                       kv_dtype: str = "bf16", block_size: Optional[int] = None) -> int:
+    """How many sequences of `context_tokens` tokens fit in a KV budget of `budget_bytes`.
+
+    With `block_size`, each sequence occupies whole blocks (ceil(context / block) blocks).
+
+    >>> sequences_that_fit(40 * 2 ** 30, "llama-3.1-70b", 4096), sequences_that_fit(40 * 2 ** 30, "llama-3.1-70b", 4096, "fp8")
+    (32, 64)
+    """
+    check_non_negative("budget_bytes", budget_bytes)
+    check_int("context_tokens", context_tokens, minimum=1)
+    tokens = context_tokens
+    if block_size is not None:
+        check_int("block_size", block_size, minimum=1)
+        tokens = math.ceil(context_tokens / block_size) * block_size
+    per_seq = tokens * kv_bytes_per_token(model, kv_dtype)
+    return int(budget_bytes // per_seq)
+
+
+# --------------------------------------------------------------------------------------------
+# Figure ch06-kv-size
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KVSizeParams:
+    """Controls of the KV-size figure."""
+
+    model: str = "llama-3.1-8b"
+    context_tokens: int = 8192          # tokens per conversation
+    batch: int = 1                      # conversations held at once
+    kv_dtype: str = "bf16"              # "bf16" | "fp16" | "fp8"
+    attention: str = "model"            # "model" | "mha" | "gqa" | "mqa"
+    weight_dtype: str = "bf16"          # for the weights the cache is compared with
+    grid_points: int = 64               # samples of the cache-size-vs-context curve
+
+    def __post_init__(self) -> None:
+        check_int("context_tokens", self.context_tokens, minimum=1)
+        check_int("batch", self.batch, minimum=1)
+        bytes_per_elem(self.kv_dtype)
+        bytes_per_elem(self.weight_dtype)
+        check_choice("attention", self.attention, ATTENTION_KINDS, "attention kinds")
+        check_int("grid_points", self.grid_points, minimum=2)
+
+
+@dataclass(frozen=True)
+class KVSizeResult:
+    """Cache size for a model, context and batch, compared with the weights."""
+
+    kv_bytes: float                      # whole cache
+    weight_bytes: float                  # all weights at weight_dtype
+    kv_over_weights: float
+    kv_heads: int
+    bytes_per_token: float
+    batch_where_kv_exceeds_weights: int  # fewest conversations at this context whose cache outweighs the model
+    attention_kinds: list                # ["mha", "gqa", "mqa"]
+    kv_bytes_by_attention: np.ndarray    # (3,) cache at this context and batch under each variant
+    context_grid_tokens: np.ndarray      # (grid_points,) 1 .. max(context, model's max context)
+    kv_bytes_grid: np.ndarray            # (grid_points,) cache at this batch for each context
+
+
+def kv_size(params: KVSizeParams = KVSizeParams()) -> KVSizeResult:
+    """Cache bytes for (model, context, batch, KV dtype, attention variant) vs the model's weights.
+
+    >>> r = kv_size()                     # Llama 3.1 8B, 8,192 tokens, bf16
+    >>> r.kv_bytes == 2 ** 30, r.batch_where_kv_exceeds_weights
+    (True, 15)
+    """
+    p = params
+    m = resolve_model(p.model)
+    per_token = kv_bytes_per_token(m, p.kv_dtype, p.attention)
+    kv = per_token * p.context_tokens * p.batch
+    w = weight_bytes(m, p.weight_dtype)
+    per_conv = per_token * p.context_tokens
+    kinds = ["mha", "gqa", "mqa"]
+    by_kind = np.array([kv_bytes_per_token(m, p.kv_dtype, k) * p.context_tokens * p.batch for k in kinds])
+    top = max(p.context_tokens, m.max_context_tokens or p.context_tokens)
+    grid = np.unique(np.geomspace(1, top, p.grid_points).round().astype(np.int64))
+    return KVSizeResult(
+        kv_bytes=float(kv), weight_bytes=w, kv_over_weights=kv / w, kv_heads=kv_heads_for(m, p.attention),
+        bytes_per_token=per_token, batch_where_kv_exceeds_weights=int(math.floor(w / per_conv)) + 1,
+        attention_kinds=kinds, kv_bytes_by_attention=by_kind, context_grid_tokens=grid,
+        kv_bytes_grid=grid * per_token * p.batch)
+
+
+# --------------------------------------------------------------------------------------------
+# Figure ch06-kv-budget
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KVBudgetParams:
+    """Controls of the KV-budget figure."""
+
+    model: str = "llama-3.1-8b"
+    gpu: str = "H100-SXM"
+    context_tokens: int = 4096          # tokens per sequence
+    memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION  # share of device memory the engine may use
+    budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights
+    precision: Precision = Precision()
+    block_size: int = 16                # R6: vLLM's default block size
+    grid_points: int = 48               # batch sizes on the step-time curve
+    cuda_graphs: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("context_tokens", self.context_tokens, minimum=1)
+        check_range("memory_utilisation", self.memory_utilisation, 0.0, 1.0)
+        if self.budget_bytes is not None:
+            check_non_negative("budget_bytes", self.budget_bytes)
+        check_int("block_size", self.block_size, minimum=1)
+        check_int("grid_points", self.grid_points, minimum=2)
+
+
+@dataclass(frozen=True)
+class KVBudgetResult:
+    """How many sequences fit, and how decode slows as their cache reads grow."""
+
+    device_bytes: float
+    weight_bytes: float
+    budget_bytes: float                  # memory left for the KV cache
+    kv_bytes_per_sequence: float         # whole blocks at context_tokens
+    max_sequences: int                   # sequences that fit in the budget
+    batch_grid: np.ndarray               # (n,) 1 .. max(max_sequences, 1)
+    step_time_s: np.ndarray              # (n,) decode step at that batch and context
+    weight_bytes_read: np.ndarray        # (n,) per step
+    kv_bytes_read: np.ndarray            # (n,) per step
+    kv_share_of_reads: np.ndarray        # (n,) kv / (kv + weights)
+    tokens_per_s_total: np.ndarray       # (n,)
+    batch_where_kv_reads_equal_weights: float   # B at which cache reads match weight reads
+    calibration_note: str
+
+
+def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[Calibration] = None) -> KVBudgetResult:
+    """Sequences that fit in device memory at a context length, and decode time as the cache grows.
+
+    Budget = memory_utilisation x device memory - weights (vLLM's accounting, without the
+    activation peak). Each decode step reads all weights once and every sequence's cache,
+    so cache reads rival weight reads once B x context x bytes/token ~ weight bytes.
+
+    >>> r = kv_budget()
+    >>> r.max_sequences                   # Llama 3.1 8B on H100 at 4,096 tokens: 55.9 GB / 0.54 GB
+    104
+    """
+    p = params
+    m, g = resolve_model(p.model), resolve_gpu(p.gpu)
+    wbytes = stored_weight_bytes(m, p.precision)
+    budget = p.budget_bytes if p.budget_bytes is not None else max(p.memory_utilisation * g.hbm_bytes - wbytes, 0.0)
+    per_token = kv_bytes_per_token(m, p.precision.kv_dtype)
+    per_seq = math.ceil(p.context_tokens / p.block_size) * p.block_size * per_token
+    n_fit = int(budget // per_seq)
+    grid = batch_grid(max(n_fit, 1), p.grid_points)
+    cost = StepCost(m, g, p.precision, calibration, p.cuda_graphs)
+    cost.prime(tokens=grid, logits=grid)
+    times = np.array([cost.uniform_time_s(int(b), 1, p.context_tokens) for b in grid])
+    # weights read per decode step: all linear weights plus the head (the embedding table is only gathered)
+    f1 = forward_pass(m, g, Batch.decode(1, p.context_tokens), p.precision, cost.calibration, p.cuda_graphs)
+    w_read = np.full(len(grid), f1.weight_bytes)
+    kv_read = grid * f1.kv_bytes
+    return KVBudgetResult(
+        device_bytes=g.hbm_bytes, weight_bytes=wbytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
+        max_sequences=n_fit, batch_grid=grid, step_time_s=times, weight_bytes_read=w_read, kv_bytes_read=kv_read,
+        kv_share_of_reads=kv_read / (kv_read + w_read), tokens_per_s_total=grid / times,
+        batch_where_kv_reads_equal_weights=f1.weight_bytes / f1.kv_bytes, calibration_note=cost.calibration.note)

@@ -1,0 +1,553 @@
+"""Iteration-level scheduling: a deterministic discrete-event simulation of a serving engine.
+
+The GPU runs one forward *step* at a time; the scheduler decides, before each step, which
+requests take part and with how many tokens. Step times come from `sim.roofline.StepCost`.
+
+Policies
+--------
+- "static": requests are grouped into a batch of up to `max_batch`; the batch is
+  prefilled together and then decoded until its *longest* request is done. Finished
+  requests keep their slot as padding (the batch shape is fixed, so they still cost a
+  token per step) and arrivals wait for the whole batch to finish.
+- "continuous" (iteration-level scheduling, introduced by Orca, R7): at every step
+  finished requests leave and waiting ones join.
+    * without chunked prefill, a step that admits new requests prefills their whole
+      prompts and carries no decodes (prefill-first, as vLLM's first scheduler did), so
+      running requests stall for the length of that prefill;
+    * with chunked prefill (R2; Sarathi-Serve) each step has a token budget: running
+      decodes first (one token each), then prefill chunks of partially prefilled and new
+      requests fill what is left, so a long prompt is spread over several steps.
+
+Memory: the KV cache holds `kv_capacity_tokens` tokens in blocks of `block_size`. A
+request needs ceil(tokens cached / block_size) blocks; a new request is admitted beside
+running ones only if 1% of the blocks stay free. When a running request needs a
+block and none is free, the most recently admitted request is *preempted*: its blocks
+are freed and it re-enters the front of the queue; when readmitted it recomputes its
+prompt and the tokens it had generated (vLLM's recompute mode, R2). Its emitted tokens
+stay emitted.
+
+Events are ordered by (time, sequence number, kind): arrivals and step completions are
+processed in that order, and a step is scheduled only once every event at the current
+time has been handled, so the same inputs always give the same timeline.
+
+>>> r = simulate_schedule(SchedulerParams(policy="continuous"))
+>>> int(r.output_tokens.sum()) == r.decode_tokens + r.prefill_emissions   # prefill gives each its first token
+True
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+
+from sim.calibration import Calibration
+from sim.checks import check_choice, check_int, check_non_negative
+from sim.hardware import resolve as resolve_gpu
+from sim.kv import VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token
+from sim.models import resolve as resolve_model
+from sim.roofline import Precision, StepCost, stored_weight_bytes
+
+POLICIES = ("static", "continuous")
+SLOT_KINDS = ("idle", "prefill", "decode", "padding", "stalled")   # codes 0..4 in slot_kind
+SLOT_IDLE, SLOT_PREFILL, SLOT_DECODE, SLOT_PADDING, SLOT_STALLED = range(5)
+_ARRIVAL, _STEP_END = 0, 1
+ADMISSION_WATERMARK = 0.01   # share of KV blocks kept free when admitting beside running requests (vLLM's default)
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a workload."""
+
+    name: str
+    arrival_s: float       # when it reaches the server
+    prompt_tokens: int
+    output_tokens: int     # tokens to generate (>= 1; the first comes from the prefill)
+
+    def __post_init__(self) -> None:
+        check_non_negative("arrival_s", self.arrival_s)
+        check_int("prompt_tokens", self.prompt_tokens, minimum=1)
+        check_int("output_tokens", self.output_tokens, minimum=1)
+
+
+@dataclass(frozen=True)
+class RequestMixParams:
+    """A seeded random workload: Poisson arrivals, log-uniform prompt and output lengths."""
+
+    requests: int = 12
+    mean_interarrival_s: float = 0.015
+    prompt_tokens_min: int = 32
+    prompt_tokens_max: int = 1024
+    output_tokens_min: int = 8
+    output_tokens_max: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("requests", self.requests, minimum=1, maximum=10_000)
+        check_non_negative("mean_interarrival_s", self.mean_interarrival_s)
+        check_int("prompt_tokens_min", self.prompt_tokens_min, minimum=1)
+        check_int("prompt_tokens_max", self.prompt_tokens_max, minimum=self.prompt_tokens_min)
+        check_int("output_tokens_min", self.output_tokens_min, minimum=1)
+        check_int("output_tokens_max", self.output_tokens_max, minimum=self.output_tokens_min)
+        check_int("seed", self.seed, minimum=0)
+
+
+def make_request_mix(params: RequestMixParams = RequestMixParams()) -> tuple:
+    """Requests "r0", "r1", ... with exponential inter-arrival gaps (the first at t = 0).
+
+    >>> mix = make_request_mix(RequestMixParams(requests=3, seed=1))
+    >>> [r.name for r in mix], mix[0].arrival_s
+    (['r0', 'r1', 'r2'], 0.0)
+    """
+    p = params
+    rng = np.random.default_rng(p.seed)
+    gaps = rng.exponential(p.mean_interarrival_s, p.requests) if p.mean_interarrival_s > 0 else np.zeros(p.requests)
+    gaps[0] = 0.0
+    arrivals = np.cumsum(gaps)
+
+    def log_uniform(lo: int, hi: int) -> np.ndarray:
+        return np.round(np.exp(rng.uniform(math.log(lo), math.log(hi), p.requests))).astype(np.int64)
+
+    prompts = log_uniform(p.prompt_tokens_min, p.prompt_tokens_max)
+    outputs = log_uniform(p.output_tokens_min, p.output_tokens_max)
+    return tuple(RequestSpec(f"r{i}", round(float(arrivals[i]), 6), int(prompts[i]), int(outputs[i]))
+                 for i in range(p.requests))
+
+
+def long_prompt_request(arrival_s: float = 0.05, prompt_tokens: int = 8000, output_tokens: int = 32,
+                        name: str = "long") -> RequestSpec:
+    """A request with a very long prompt (the figure's "add a long prompt" button).
+
+    >>> long_prompt_request().prompt_tokens
+    8000
+    """
+    return RequestSpec(name, arrival_s, prompt_tokens, output_tokens)
+
+
+@dataclass(frozen=True)
+class SchedulerParams:
+    """Controls of the scheduler figure."""
+
+    model: str = "llama-3.1-8b"
+    gpu: str = "H100-SXM"
+    policy: str = "continuous"              # "static" | "continuous"
+    max_batch: int = 8                      # slots: requests running at once
+    chunked_prefill: bool = False           # continuous only: token budget per step, decodes first
+    token_budget: int = 512                 # tokens per step with chunked prefill
+    kv_capacity_tokens: Optional[int] = None  # None: what fits in 0.9 x memory - weights
+    block_size: int = 16                    # R6
+    requests: Optional[tuple] = None        # RequestSpec tuple; None: make_request_mix(seed=seed)
+    add_long_prompt: bool = False           # append long_prompt_request()
+    long_prompt_tokens: int = 8000
+    long_prompt_arrival_s: float = 0.05
+    precision: Precision = Precision()
+    cuda_graphs: bool = True                # decode-only steps replay a CUDA graph (R2); others launch eagerly
+    seed: int = 0                           # seed of the default request mix
+    max_steps: int = 200_000                # safety stop
+
+    def __post_init__(self) -> None:
+        check_choice("policy", self.policy, POLICIES, "policies")
+        check_int("max_batch", self.max_batch, minimum=1, maximum=4096)
+        check_int("token_budget", self.token_budget, minimum=1)
+        if self.kv_capacity_tokens is not None:
+            check_int("kv_capacity_tokens", self.kv_capacity_tokens, minimum=1)
+        check_int("block_size", self.block_size, minimum=1)
+        check_int("long_prompt_tokens", self.long_prompt_tokens, minimum=1)
+        check_non_negative("long_prompt_arrival_s", self.long_prompt_arrival_s)
+        check_int("seed", self.seed, minimum=0)
+        check_int("max_steps", self.max_steps, minimum=1)
+        if self.requests is not None:
+            if not self.requests:
+                raise ValueError("requests must not be empty")
+            for r in self.requests:
+                if not isinstance(r, RequestSpec):
+                    raise ValueError(f"requests must be RequestSpec objects, got {r!r}")
+            if len({r.name for r in self.requests}) != len(self.requests):
+                raise ValueError("request names must be unique")
+
+    def workload(self) -> tuple:
+        """The requests this run simulates, in arrival order (ties keep their listed order)."""
+        reqs = list(self.requests) if self.requests is not None else list(make_request_mix(
+            RequestMixParams(seed=self.seed)))
+        if self.add_long_prompt:
+            reqs.append(long_prompt_request(self.long_prompt_arrival_s, self.long_prompt_tokens))
+        order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
+        return tuple(reqs[i] for i in order)
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """Timeline and per-request latencies of one simulated run."""
+
+    policy: str
+    chunked_prefill: bool
+    requests: list                  # names, in arrival order
+    prompt_tokens: np.ndarray       # (requests,)
+    output_tokens: np.ndarray       # (requests,)
+    arrival_s: np.ndarray           # (requests,)
+    admitted_s: np.ndarray          # (requests,) first admission
+    first_token_s: np.ndarray       # (requests,)
+    finish_s: np.ndarray            # (requests,)
+    ttft_s: np.ndarray              # (requests,) first token - arrival
+    tpot_s: np.ndarray              # (requests,) (finish - first token) / (output - 1); nan for 1-token outputs
+    e2e_s: np.ndarray               # (requests,) finish - arrival
+    max_itl_s: np.ndarray           # (requests,) longest gap between consecutive tokens (0 if one token)
+    preemptions: np.ndarray         # (requests,)
+    step_start_s: np.ndarray        # (steps,)
+    step_end_s: np.ndarray          # (steps,)
+    step_prefill_tokens: np.ndarray  # (steps,)
+    step_decode_tokens: np.ndarray  # (steps,) includes static padding tokens
+    step_kv_tokens: np.ndarray      # (steps,) KV blocks in use x block_size, after allocation
+    slot_request: np.ndarray        # (steps, max_batch) index into requests, -1 if the slot is empty
+    slot_kind: np.ndarray           # (steps, max_batch) code into SLOT_KINDS
+    slot_kind_names: tuple          # SLOT_KINDS
+    kv_capacity_tokens: int
+    prefill_tokens: int             # prompt (and recomputed) tokens processed
+    recomputed_tokens: int          # of which recomputation after preemption
+    discarded_tokens: int           # cached tokens thrown away by preemptions
+    decode_tokens: int              # real decode tokens (no padding)
+    prefill_emissions: int          # output tokens that came from a (re)prefill's logits
+    emitted_tokens: np.ndarray      # (requests,) output tokens each request produced (= output_tokens)
+    padding_tokens: int             # static batching: tokens spent on finished requests
+    makespan_s: float               # first arrival to last finish
+    busy_s: float                   # time the GPU ran steps
+    slot_utilisation: float         # time-weighted share of slots doing prefill or decode while busy
+    longest_decode_stall_s: float   # max over requests of the longest inter-token gap
+    throughput_tokens_per_s: float  # output tokens / makespan
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_start_s)
+
+
+class _Req:
+    __slots__ = ("i", "spec", "computed", "target", "generated", "blocks", "slot", "phase", "admitted",
+                 "first", "last", "max_itl", "preempt", "finish")
+
+    def __init__(self, i: int, spec: RequestSpec):
+        self.i = i
+        self.spec = spec
+        self.computed = 0            # tokens whose K/V are in the cache
+        self.target = spec.prompt_tokens  # tokens to prefill before decoding
+        self.generated = 0           # output tokens emitted
+        self.blocks = 0
+        self.slot = -1
+        self.phase = "queued"        # queued -> waiting -> prefill -> decode -> done
+        self.admitted = math.nan
+        self.first = math.nan
+        self.last = math.nan
+        self.max_itl = 0.0
+        self.preempt = 0
+        self.finish = math.nan
+
+
+def default_kv_capacity_tokens(params: SchedulerParams) -> int:
+    """KV tokens that fit in 0.9 x device memory minus the weights (vLLM's accounting).
+
+    >>> default_kv_capacity_tokens(SchedulerParams())      # Llama 3.1 8B on H100: (72 - 16.06) GB / 128 KiB
+    426784
+    """
+    m, g = resolve_model(params.model), resolve_gpu(params.gpu)
+    budget = VLLM_GPU_MEMORY_UTILIZATION * g.hbm_bytes - stored_weight_bytes(m, params.precision)
+    if budget <= 0:
+        raise ValueError(f"{m.display_name} weights do not fit on {g.display_name}")
+    return int(budget // kv_bytes_per_token(m, params.precision.kv_dtype))
+
+
+def simulate_schedule(params: SchedulerParams = SchedulerParams(),
+                      calibration: Optional[Calibration] = None) -> ScheduleResult:
+    """Run the workload through the chosen policy and return the slot timeline and latencies.
+
+    Per-request TTFT = first token time - arrival, TPOT = (finish - first token) /
+    (output tokens - 1) (R1, R2), longest decode stall = largest gap between two
+    consecutive tokens of one request.
+
+    >>> s = simulate_schedule(SchedulerParams(policy="static"))
+    >>> c = simulate_schedule(SchedulerParams(policy="continuous"))
+    >>> bool(np.mean(c.ttft_s) < np.mean(s.ttft_s))
+    True
+    """
+    p = params
+    specs = p.workload()
+    n = len(specs)
+    bs = p.block_size
+    capacity_tokens = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else default_kv_capacity_tokens(p)
+    capacity_blocks = capacity_tokens // bs
+    if capacity_blocks < 1:
+        raise ValueError(f"kv_capacity_tokens ({capacity_tokens}) is smaller than one block of {bs}")
+    for s in specs:
+        need = math.ceil((s.prompt_tokens + s.output_tokens) / bs)
+        if need > capacity_blocks:
+            raise ValueError(f"request {s.name!r} needs {need * bs} KV tokens, more than the capacity "
+                             f"of {capacity_blocks * bs}")
+    cost = StepCost(p.model, p.gpu, p.precision, calibration)
+    cost.prime(tokens=np.arange(1, p.max_batch + 1), logits=np.arange(1, p.max_batch + 1))   # decode steps
+    reqs = [_Req(i, s) for i, s in enumerate(specs)]
+    waiting: deque = deque()
+    running: list = []            # admission order
+    free_slots = list(range(p.max_batch))
+    heapq.heapify(free_slots)
+    free_blocks = capacity_blocks
+    watermark = max(1, math.ceil(ADMISSION_WATERMARK * capacity_blocks))
+    static_batch: list = []
+    events: list = []
+    seq = 0
+    for r in reqs:
+        heapq.heappush(events, (r.spec.arrival_s, seq, _ARRIVAL, r.i))
+        seq += 1
+    rows_req, rows_kind = [], []
+    st_start, st_end, st_pre, st_dec, st_kv = [], [], [], [], []
+    prefill_total = decode_total = padding_total = discarded = prefill_emits = 0
+    gpu_busy = False
+    done = 0
+    now = 0.0
+    current: list = []            # (req, tokens, kind) of the step in flight
+
+    def blocks_for(tokens: int) -> int:
+        return -(-tokens // bs)
+
+    def admit(r: _Req) -> None:
+        r.slot = heapq.heappop(free_slots)
+        r.phase = "prefill"
+        if math.isnan(r.admitted):
+            r.admitted = now
+        running.append(r)
+
+    def release(r: _Req) -> None:
+        nonlocal free_blocks
+        free_blocks += r.blocks
+        r.blocks = 0
+        heapq.heappush(free_slots, r.slot)
+        r.slot = -1
+
+    def preempt(victim: _Req) -> None:
+        nonlocal discarded
+        discarded += victim.computed
+        running.remove(victim)
+        release(victim)
+        victim.preempt += 1
+        victim.computed = 0
+        victim.target = victim.spec.prompt_tokens + victim.generated   # recompute prompt + emitted tokens
+        victim.phase = "waiting"
+        waiting.appendleft(victim)
+
+    def grow(r: _Req, tokens: int) -> bool:
+        """Allocate blocks so `r` can cache `tokens` more; preempt the newest requests if needed."""
+        nonlocal free_blocks
+        need = blocks_for(r.computed + tokens) - r.blocks
+        while need > free_blocks:
+            victim = running[-1]
+            preempt(victim)
+            if victim is r:
+                return False
+        free_blocks -= need
+        r.blocks += need
+        return True
+
+    def admissible_blocks() -> int:
+        # beside running requests keep a few blocks free, so their next tokens do not force a preemption
+        return free_blocks - (watermark if running else 0)
+
+    def plan_continuous() -> list:
+        nonlocal free_blocks
+        batch = []
+        if not p.chunked_prefill:
+            admitted = []
+            while waiting and free_slots:
+                r = waiting[0]
+                need = blocks_for(r.target)
+                if need > admissible_blocks():
+                    break
+                waiting.popleft()
+                admit(r)
+                free_blocks -= need
+                r.blocks = need
+                admitted.append((r, r.target - r.computed, SLOT_PREFILL))
+            if admitted:
+                return admitted
+            for r in list(running):
+                if r in running and r.phase == "decode" and grow(r, 1):
+                    batch.append((r, 1, SLOT_DECODE))
+            return batch
+        budget = p.token_budget
+        for r in list(running):
+            if budget == 0:
+                break
+            if r in running and r.phase == "decode" and grow(r, 1):
+                batch.append((r, 1, SLOT_DECODE))
+                budget -= 1
+        for r in list(running):
+            if budget == 0:
+                break
+            if r.phase == "prefill":
+                c = min(r.target - r.computed, budget, (r.blocks + free_blocks) * bs - r.computed)
+                if c <= 0:
+                    break
+                grow(r, c)
+                batch.append((r, c, SLOT_PREFILL))
+                budget -= c
+        while budget > 0 and waiting and free_slots:
+            r = waiting[0]
+            c = min(r.target - r.computed, budget, admissible_blocks() * bs)
+            if c <= 0:
+                break
+            waiting.popleft()
+            admit(r)
+            grow(r, c)
+            batch.append((r, c, SLOT_PREFILL))
+            budget -= c
+        return batch
+
+    def plan_static() -> list:
+        nonlocal free_blocks, static_batch
+        if not static_batch:
+            while waiting and free_slots:
+                r = waiting[0]
+                need = blocks_for(r.spec.prompt_tokens + r.spec.output_tokens)   # reserved up front
+                if need > free_blocks:
+                    break
+                waiting.popleft()
+                admit(r)
+                free_blocks -= need
+                r.blocks = need
+                static_batch.append(r)
+            return [(r, r.target, SLOT_PREFILL) for r in static_batch]
+        return [(r, 1, SLOT_DECODE if r.phase == "decode" else SLOT_PADDING) for r in static_batch]
+
+    def start_step() -> None:
+        nonlocal gpu_busy, seq, current, prefill_total, decode_total, padding_total
+        plan = plan_static() if p.policy == "static" else plan_continuous()
+        if not plan:
+            return
+        new = [t for _, t, _ in plan]
+        ctx = [r.computed for r, _, _ in plan]
+        pre = sum(t for _, t, k in plan if k == SLOT_PREFILL)
+        dec = sum(t for _, t, k in plan if k == SLOT_DECODE)
+        pad = sum(t for _, t, k in plan if k == SLOT_PADDING)
+        logits = sum(1 for r, t, k in plan if k != SLOT_PREFILL or r.computed + t >= r.target)
+        dur = cost.time_s(new, ctx, logits_seqs=logits, cuda_graphs=p.cuda_graphs and pre == 0)
+        prefill_total += pre
+        decode_total += dec
+        padding_total += pad
+        row_r = [-1] * p.max_batch
+        row_k = [SLOT_IDLE] * p.max_batch
+        for r in running if p.policy == "continuous" else static_batch:
+            row_r[r.slot] = r.i
+            row_k[r.slot] = SLOT_PADDING if r.phase == "done" else SLOT_STALLED
+        for r, _, k in plan:
+            row_k[r.slot] = k
+        rows_req.append(row_r)
+        rows_kind.append(row_k)
+        st_start.append(now)
+        st_end.append(now + dur)
+        st_pre.append(pre)
+        st_dec.append(dec + pad)
+        st_kv.append((capacity_blocks - free_blocks) * bs)
+        current = plan
+        gpu_busy = True
+        heapq.heappush(events, (now + dur, seq, _STEP_END, -1))
+        seq += 1
+
+    def emit(r: _Req) -> None:
+        nonlocal done
+        if r.generated == 0:
+            r.first = now
+        else:
+            r.max_itl = max(r.max_itl, now - r.last)
+        r.last = now
+        r.generated += 1
+        if r.generated >= r.spec.output_tokens:
+            r.phase = "done"
+            r.finish = now
+            done += 1
+            if p.policy == "continuous":
+                running.remove(r)
+                release(r)
+
+    def finish_step() -> None:
+        nonlocal gpu_busy, static_batch, prefill_emits
+        for r, t, k in current:
+            if k == SLOT_PADDING:
+                continue
+            r.computed += t
+            if k == SLOT_PREFILL:
+                if r.computed >= r.target:
+                    r.phase = "decode"
+                    prefill_emits += 1
+                    emit(r)
+            else:
+                emit(r)
+        if p.policy == "static" and all(r.phase == "done" for r in static_batch):
+            for r in static_batch:
+                running.remove(r)
+                release(r)
+            static_batch = []
+        gpu_busy = False
+
+    while events:
+        if len(st_start) > p.max_steps:
+            raise RuntimeError(f"scheduler exceeded max_steps={p.max_steps}")
+        t, _, kind, idx = heapq.heappop(events)
+        now = t
+        if kind == _ARRIVAL:
+            reqs[idx].phase = "waiting"
+            waiting.append(reqs[idx])
+        else:
+            finish_step()
+        if not gpu_busy and (not events or events[0][0] > now):
+            start_step()
+    if done != n:
+        raise RuntimeError(f"{n - done} requests never finished")
+    arrival = np.array([r.spec.arrival_s for r in reqs])
+    first = np.array([r.first for r in reqs])
+    finish = np.array([r.finish for r in reqs])
+    out = np.array([r.spec.output_tokens for r in reqs])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
+    starts, ends = np.array(st_start), np.array(st_end)
+    durs = ends - starts
+    kinds = np.array(rows_kind, dtype=np.int8).reshape(len(st_start), p.max_batch)
+    busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
+    busy = float(durs.sum())
+    makespan = float(finish.max() - arrival.min())
+    max_itl = np.array([r.max_itl for r in reqs])
+    return ScheduleResult(
+        policy=p.policy, chunked_prefill=p.chunked_prefill and p.policy == "continuous",
+        requests=[r.spec.name for r in reqs],
+        prompt_tokens=np.array([r.spec.prompt_tokens for r in reqs]), output_tokens=out,
+        arrival_s=arrival, admitted_s=np.array([r.admitted for r in reqs]), first_token_s=first,
+        finish_s=finish, ttft_s=first - arrival, tpot_s=tpot, e2e_s=finish - arrival, max_itl_s=max_itl,
+        preemptions=np.array([r.preempt for r in reqs]),
+        step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(st_pre, dtype=np.int64),
+        step_decode_tokens=np.array(st_dec, dtype=np.int64), step_kv_tokens=np.array(st_kv, dtype=np.int64),
+        slot_request=np.array(rows_req, dtype=np.int32).reshape(len(st_start), p.max_batch), slot_kind=kinds,
+        slot_kind_names=SLOT_KINDS, kv_capacity_tokens=capacity_blocks * bs,
+        prefill_tokens=prefill_total, recomputed_tokens=prefill_total - int(sum(s.prompt_tokens for s in specs)),
+        discarded_tokens=discarded, decode_tokens=decode_total, prefill_emissions=prefill_emits,
+        emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=padding_total, makespan_s=makespan, busy_s=busy,
+        slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
+        longest_decode_stall_s=float(max_itl.max()), throughput_tokens_per_s=float(out.sum() / makespan)
+        if makespan > 0 else math.inf)
+
+
+@dataclass(frozen=True)
+class ScheduleComparison:
+    """Static and continuous batching on the same request mix."""
+
+    static: ScheduleResult
+    continuous: ScheduleResult
+
+
+def compare_schedules(params: SchedulerParams = SchedulerParams(),
+                      calibration: Optional[Calibration] = None) -> ScheduleComparison:
+    """`simulate_schedule` under both policies with every other control equal.
+
+    >>> c = compare_schedules()
+    >>> c.static.padding_tokens > 0 == c.continuous.padding_tokens
+    True
+    """
+    return ScheduleComparison(static=simulate_schedule(replace(params, policy="static"), calibration),
+                              continuous=simulate_schedule(replace(params, policy="continuous"), calibration))

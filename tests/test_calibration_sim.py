@@ -1,0 +1,255 @@
+"""The calibration the simulations use: its interface, its formulas, and where it comes from."""
+from __future__ import annotations
+
+import doctest
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpu_traces import calibrate, shapes
+from gpu_traces.synthetic import synthesize_trace
+from sim import calibration as C
+from sim import hardware
+
+REPO = Path(__file__).resolve().parent.parent
+H100, H200 = hardware.get("H100-SXM"), hardware.get("H200")
+
+
+@pytest.mark.parametrize("module", [C, shapes], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_spec_sheet_defaults():
+    cal = C.spec_sheet(H100)
+    assert cal.source == "spec-sheet"
+    assert cal.bandwidth_bytes_per_s == pytest.approx(0.8 * 3.35e12)
+    assert cal.flops("bf16") == pytest.approx(0.6 * 989e12)
+    assert cal.launch_overhead_s == C.DEFAULT_LAUNCH_OVERHEAD_S == 4e-6
+    assert "80% of peak bandwidth" in cal.note
+    with pytest.raises(ValueError, match="valid dtypes: bf16, fp16, fp8, int8"):
+        cal.flops("fp4")
+
+
+def test_plain_roofline_formulas():
+    cal = C.spec_sheet(H100)
+    # decode GEMM of Llama 3.1 8B's gate_up at batch 1: memory-bound
+    m, n, k = 1, 28672, 4096
+    t = cal.gemm_time_s(m, n, k)
+    nbytes = 2.0 * (k * n + m * k + m * n)
+    assert t == pytest.approx(4e-6 + nbytes / (0.8 * 3.35e12))
+    assert t == cal.op_time_s(2.0 * m * n * k, nbytes)
+    # a large prefill GEMM: compute-bound
+    assert cal.gemm_time_s(8192, 8192, 8192) == pytest.approx(4e-6 + 2 * 8192 ** 3 / (0.6 * 989e12))
+    assert cal.attention_time_s(1e9, 1e6) == cal.op_time_s(1e9, 1e6)
+    assert cal.elementwise_time_s(1e6) == pytest.approx(4e-6 + 1e6 / (0.8 * 3.35e12))
+    with pytest.raises(ValueError):
+        cal.gemm_time_s(0, 1, 1)
+    with pytest.raises(ValueError):
+        cal.op_time_s(-1.0, 1.0)
+
+
+def test_smooth_max_and_tile_waves():
+    a, b = np.array([1.0, 3.0, 0.0]), np.array([1.0, 4.0, 2.0])
+    assert C.smooth_max(a, b, 2.0) == pytest.approx([2 ** 0.5, 5.0, 2.0])
+    assert C.smooth_max(a, b, 1.0) == pytest.approx(a + b)
+    assert C.smooth_max(a, b, 200.0) == pytest.approx(np.maximum(a, b), rel=0.01)
+    assert float(C.smooth_max(0.0, 0.0, 3.0)) == 0.0
+    # 132 SMs: 132 tiles fill one wave, 133 need a second, nearly empty one
+    assert float(C.tile_wave_efficiency(128 * 12, 128 * 11, 128, 128, 132)) == 1.0
+    assert float(C.tile_wave_efficiency(128 * 133, 128, 128, 128, 132)) == pytest.approx(133 / 264)
+    # one token in a 64-row tile uses 1/64 of the tile
+    assert float(C.tile_wave_efficiency(1, 128, 64, 128, 1)) == pytest.approx(1 / 64)
+
+
+def _fitted(dtype_flops=7e14) -> C.Calibration:
+    return C.Calibration(
+        device="x", source="trace", bandwidth_bytes_per_s=4e12, flops_per_s={"bf16": dtype_flops},
+        launch_overhead_s=3e-6, note="", gemm={"bf16": C.GemmShapeParams(0.9, 0.8, 128, 128, 3.0)},
+        attention={"flash": C.RooflineParams(0.6, 0.7, 4.0, 5e-6)},
+        elementwise={"rms_norm": C.LineParams(8e-6, 0.5)}, compute_units=132,
+        default_attention_backend="flash")
+
+
+def test_shape_aware_gemm_golden_value():
+    cal = _fitted()
+    m, n, k = 200, 6144, 4096
+    flops, nbytes = 2.0 * m * n * k, 2.0 * (k * n + m * k + m * n)
+    tiles = 2 * 48                                   # ceil(200/128) x 6144/128
+    eta = (200 * 6144) / (256 * 6144) * tiles / (1 * 132)
+    mem, comp = nbytes / (0.8 * 4e12), flops / (0.9 * 7e14 * eta)
+    want = 3e-6 + (mem ** 3 + comp ** 3) ** (1 / 3)
+    assert cal.gemm_time_s(m, n, k) == pytest.approx(want, rel=1e-12)
+    sweep = cal.gemm_times_s(np.array([1, 200, 4096]), n, k)
+    assert sweep[1] == pytest.approx(want, rel=1e-12)
+    assert np.all(np.diff(sweep) > 0)
+    # weight-only int4 runs bf16 arithmetic with a quarter of the weight bytes
+    assert cal.gemm_time_s(1, n, k, weight_bytes_per_elem=0.5) < 0.3 * cal.gemm_time_s(1, n, k)
+
+
+def test_attention_and_elementwise_use_fitted_terms():
+    cal = _fitted()
+    want = 3e-6 + 5e-6 + float(C.smooth_max(1e9 / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))
+    assert cal.attention_time_s(1e12, 1e9) == pytest.approx(want)
+    assert cal.attention_time_s(1e12, 1e9, backend="flash") == pytest.approx(want)
+    with pytest.raises(ValueError, match="no fitted attention backend 'math'; valid: flash"):
+        cal.attention_time_s(1e12, 1e9, backend="math")
+    assert cal.elementwise_time_s(1e9, op="rms_norm") == pytest.approx(8e-6 + 1e9 / 2e12)
+    assert cal.elementwise_time_s(1e9) == pytest.approx(3e-6 + 1e9 / 4e12)
+    with pytest.raises(ValueError, match="no fitted elementwise op 'softmax'"):
+        cal.elementwise_time_s(1e9, op="softmax")
+
+
+def test_device_names_map_to_the_catalogue():
+    assert C.catalogue_key_for_device("NVIDIA H100 80GB HBM3") == "H100-SXM"
+    assert C.catalogue_key_for_device("NVIDIA H200") == "H200"
+    assert C.catalogue_key_for_device("NVIDIA GH200 480GB") != "H200"
+    assert C.catalogue_key_for_device("NVIDIA A10G") is None
+    assert C.catalogue_key_for_device("AMD EPYC 7B13") is None
+
+
+# ---- for_gpu: own trace > carried over > spec sheet ---------------------------------
+
+@pytest.fixture(scope="module")
+def h200_dir(tmp_path_factory):
+    """A calibration folder holding one H200 calibration (from a made-up trace)."""
+    truth = _fitted()
+    truth = replace(truth, flops_per_s={"bf16": 7e14, "fp8": 1.3e15},
+                    gemm={**truth.gemm, "fp8": C.GemmShapeParams(0.85, 0.75, 128, 128, 2.5)},
+                    elementwise={op: C.LineParams(5e-6, 0.7)
+                                 for op in ("rms_norm", "silu_mul", "residual_add")},
+                    attention={b: C.RooflineParams(0.5, 0.6, 3.0, 4e-6)
+                               for b in ("flash", "efficient", "math")})
+    d = tmp_path_factory.mktemp("cal")
+    data = calibrate.fit_trace(synthesize_trace(truth, device_name="NVIDIA H200", noise=0.01),
+                               "synthetic.json")
+    (d / "h200.json").write_text(calibrate.dumps(data))
+    return d
+
+
+def test_own_trace_wins(h200_dir):
+    cal = C.for_gpu(H200, h200_dir)
+    assert cal.source == "trace"
+    assert cal.device == H200.display_name
+    assert cal.bandwidth_bytes_per_s == pytest.approx(4e12, rel=0.01)
+    assert set(cal.flops_per_s) == set(H200.dense_flops)      # int8/fp16 filled in
+    assert cal.flops("fp16") == pytest.approx(cal.flops("bf16") / 989e12 * 989e12)
+    assert cal.provenance.device == "NVIDIA H200"
+    assert "calibrated from a trace of this GPU" in cal.note and "held-out error" in cal.note
+    assert cal.fit["heldout_median_rel_err"] < 0.05
+
+
+def test_same_architecture_carries_efficiencies_over(h200_dir):
+    own = C.for_gpu(H200, h200_dir)
+    cal = C.for_gpu(H100, h200_dir)
+    assert cal.source == "carried-over"
+    assert cal.device == H100.display_name
+    eff = own.bandwidth_bytes_per_s / H200.hbm_bandwidth_bytes_per_s
+    assert cal.bandwidth_bytes_per_s == pytest.approx(eff * H100.hbm_bandwidth_bytes_per_s, rel=1e-5)
+    assert cal.flops("bf16") == pytest.approx(own.flops("bf16"), rel=1e-5)   # same compute
+    assert cal.gemm == own.gemm and cal.compute_units == H100.sm_count
+    assert "no trace of its own" in cal.note and "carried over from NVIDIA H200" in cal.note
+    # slower memory: a decode GEMM takes longer on the H100
+    assert cal.gemm_time_s(1, 28672, 4096) > own.gemm_time_s(1, 28672, 4096)
+
+
+def test_other_architecture_falls_back_to_spec_sheet(h200_dir):
+    ampere = replace(H100, name="test-ampere", arch="ampere", display_name="Test Ampere")
+    assert C.for_gpu(ampere, h200_dir).source == "spec-sheet"
+    assert C.for_gpu(H100, h200_dir / "empty-absent").source == "spec-sheet"
+
+
+def test_cpu_calibration_never_stands_in_for_a_gpu():
+    cpus = [d for d in C.recorded_devices() if d.device_type == "cpu"]
+    assert cpus, "a CPU calibration is shipped"
+    for gpu in (H100, H200):
+        cal = C.for_gpu(gpu)
+        assert cal.provenance is None or cal.provenance.device_type == "cuda"
+
+
+# ---- the shipped calibrations, as the figures see them ------------------------------
+
+@pytest.fixture(scope="module")
+def shipped():
+    devices = C.recorded_devices()
+    assert devices, "no calibration shipped in sim/calibrations/"
+    return devices
+
+
+def test_recorded_devices_carry_provenance_and_points(shipped):
+    for dev in shipped:
+        prov = dev.provenance
+        assert dev.calibration.provenance == prov and dev.calibration.source == "trace"
+        caption = prov.caption()
+        for part in (dev.name, prov.date, prov.torch, "held-out error", "plain roofline"):
+            assert part in caption
+        assert prov.trace_file.startswith("gpu_traces/traces/")
+        assert (REPO / prov.trace_file).exists()
+        kinds = {p.kind for p in dev.points}
+        assert {"copy", "big-gemm", "gemm", "elementwise"} <= kinds
+        assert {p.split for p in dev.points} == {"train", "heldout"}
+        for p in dev.points:
+            assert p.time_s > 0 and p.model_s > 0 and p.roofline_s > 0
+            assert p.p25_s <= p.time_s <= p.p75_s
+            assert p.label and isinstance(p.shape, dict)
+        gemm = dev.points_of("gemm")
+        assert all({"m", "n", "k", "model", "layer"} <= set(p.shape) for p in gemm)
+        assert C.recorded_device(dev.slug) is dev
+
+
+def test_stored_errors_match_the_points(shipped):
+    for dev in shipped:
+        held = [p for p in dev.points if p.split == "heldout"]
+        assert len(held) == dev.provenance.n_heldout
+        model = np.array([p.model_rel_err for p in held])
+        roof = np.array([p.roofline_rel_err for p in held])
+        assert np.median(model) == pytest.approx(dev.provenance.heldout_median_rel_err, rel=1e-3)
+        assert np.max(model) == pytest.approx(dev.provenance.heldout_max_rel_err, rel=1e-3)
+        assert np.median(roof) == pytest.approx(dev.provenance.roofline_heldout_median_rel_err,
+                                                rel=1e-3)
+        assert np.max(roof) == pytest.approx(dev.provenance.roofline_heldout_max_rel_err, rel=1e-3)
+
+
+def test_calibrated_model_beats_plain_roofline_on_heldout_points(shipped):
+    # the guide's claim, checked on every shipped measurement
+    for dev in shipped:
+        p = dev.provenance
+        assert p.heldout_median_rel_err < p.roofline_heldout_median_rel_err, p.caption()
+
+
+def test_cpu_calibration_describes_the_cpu(shipped):
+    for dev in (d for d in shipped if d.device_type == "cpu"):
+        assert dev.catalogue_key is None and dev.arch is None and dev.efficiency is None
+        assert "CPU" in dev.name and dev.slug.startswith("cpu-")
+        assert dev.provenance.cuda is None
+        assert set(dev.calibration.flops_per_s) >= {"bf16"}
+
+
+def test_calibration_files_are_checked_on_load(tmp_path):
+    src = next(C.CALIBRATION_DIR.glob("*.json"))
+    data = json.loads(src.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**data, "format_version": 99}))
+    with pytest.raises(C.CalibrationFileError, match=r"bad\.json: format_version 99 is not supported"):
+        C.load_calibration_file(bad)
+    bad.write_text(src.read_text()[:500])
+    with pytest.raises(C.CalibrationFileError, match=r"bad\.json: not valid JSON"):
+        C.load_calibration_file(bad)
+    broken = {**data, "calibration": {**data["calibration"]}}
+    del broken["calibration"]["gemm"]
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(C.CalibrationFileError, match=r"bad\.json: malformed calibration .*gemm"):
+        C.load_calibration_file(bad)
+
+
+def test_calibration_module_stays_browser_safe():
+    code = ("import sys; import sim.calibration as c; c.recorded_devices(); "
+            "bad = [m for m in ('torch', 'jsonschema', 'scipy', 'gpu_traces') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)

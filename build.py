@@ -388,6 +388,20 @@ pandas.read_json = _read_json  # type: ignore
 # guide's runtime ships no pandas, so the import and those wrappers become optional.
 PATCHES = {
     "panel": [
+        # Panel imports its page templates and chat components eagerly (about a quarter of
+        # `import panel`); the guide's figures use neither, so they load on first use.
+        ("panel/__init__.py", "from . import template  # noqa\n", ""),
+        ("panel/__init__.py", "from .template import Template  # noqa\n", ""),
+        ("panel/__init__.py", "from . import chat  # isort:skip noqa has to be after widgets\n", ""),
+        ("panel/__init__.py", "    # Lazy import until Panel 2.0.\n    if name == 'ui':\n",
+         "    # Lazy import until Panel 2.0.\n"
+         "    if name in ('template', 'chat'):   # the guide's build: imported on first use\n"
+         "        import importlib\n"
+         "        return importlib.import_module(f'panel.{name}')\n"
+         "    if name == 'Template':\n"
+         "        import importlib\n"
+         "        return importlib.import_module('panel.template').Template\n"
+         "    if name == 'ui':\n"),
         ("panel/io/pyodide.py", "import pandas\n",
          "try:\n    import pandas\nexcept ImportError:  # the guide's browser runtime ships no pandas\n    pandas = None\n"),
         ("panel/io/pyodide.py", _PANDAS_BLOCK,
@@ -422,7 +436,7 @@ def processed_wheel(key: str, make) -> tuple[str, bytes]:
     return fname, (folder / fname).read_bytes()
 
 
-BUILD_STEPS_VERSION = "2"   # bump when slim/patch/compile change, to invalidate the cache
+BUILD_STEPS_VERSION = "3"   # bump when slim/patch/compile change, to invalidate the cache
 
 
 def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
@@ -682,7 +696,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                                     output_format="html")
         figs = [figures[f] for f in c.figures]
         write(c.file, env.get_template("chapter.html").render(
-            **common, chapter=c, content=content, figures=figs, body_class="chapter-page",
+            **common, chapter=c, chapters=chapters, content=content, figures=figs, body_class="chapter-page",
             page_title=f"{c.number}. {c.title} · LLM inference, live"))
         log(str(c.source.relative_to(ROOT)), c.file)
         for fid in c.figures:

@@ -24,9 +24,16 @@ function sendPatch(patch, buffers) {
 
 async function start(figures) {
   progress("runtime", 0, 1);
-  pyodide = await loadPyodide({ indexURL: ROOT + "vendor/pyodide/", fullStdLib: false });
   // The guide's wheel depends on everything the figures import, so one call loads it all.
-  const lock = await (await fetch(ROOT + "vendor/pyodide/pyodide-lock.json")).json();
+  // Its wheels are fetched (into the HTTP cache) while Pyodide boots, which is CPU-bound.
+  const lockPromise = fetch(ROOT + "vendor/pyodide/pyodide-lock.json").then((r) => r.json());
+  lockPromise.then((lock) => {
+    for (const name of closure(lock.packages, ["llm-inference-guide"])) {
+      fetch(ROOT + "vendor/pyodide/" + lock.packages[name].file_name, { priority: "low" }).catch(() => {});
+    }
+  }).catch(() => {});
+  pyodide = await loadPyodide({ indexURL: ROOT + "vendor/pyodide/", fullStdLib: false });
+  const lock = await lockPromise;
   const total = closure(lock.packages, ["llm-inference-guide"]).length;
   let loaded = 0;
   progress("packages", 0, total);

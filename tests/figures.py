@@ -58,15 +58,25 @@ COLLECT_JS = """([id, which]) => {
 SET_JS = """([id, key, props]) => {
   const fig = window.__guide.figs.get(id);
   const root = fig.liveRoot || fig.staticRoot;
-  const m = [root, ...root.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
+  let m = [root, ...root.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
   if (!m) throw new Error(`figure ${id} has no control ${key}`);
+  const attrs = Object.keys(props);
+  if (!attrs.every(a => a in m.properties))          // a composite control: its inner model
+    m = [...m.references()].find(r => attrs.every(a => a in r.properties)) || m;
   for (const [attr, value] of Object.entries(props)) m[attr] = value;
   return true;
 }"""
 
 
+VALUE_ATTRS = ("value", "active", "values")
+
+
 def control_model(root, key: str):
-    return next(m for m in [root, *root.references()] if f"ctl-{key}" in (getattr(m, "css_classes", None) or []))
+    """The Bokeh model holding control `key`'s value (the inner one of a composite)."""
+    m = next(m for m in [root, *root.references()] if f"ctl-{key}" in (getattr(m, "css_classes", None) or []))
+    if any(m.lookup(a, raises=False) for a in VALUE_ATTRS):
+        return m
+    return next((r for r in m.references() if any(r.lookup(a, raises=False) for a in VALUE_ATTRS)), m)
 
 
 def apply_change(view, key: str, value: Any) -> None:

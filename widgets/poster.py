@@ -155,7 +155,11 @@ def spec(glyph, name: str, data: dict, n: int) -> np.ndarray | list | None:
 def style(glyph, kind: str, i: int = 0, data: dict | None = None, n: int = 1) -> str:
     """SVG stroke/fill attributes of a glyph's line_* or fill_* visuals."""
     def one(name, default=None):
-        vals = spec(glyph, name, data or {}, n) if hasattr(glyph, name) else None
+        if not hasattr(glyph, name):
+            return default
+        if getattr(glyph, name) is None:       # explicitly switched off, e.g. line_color=None
+            return None
+        vals = spec(glyph, name, data or {}, n)
         if vals is None or len(vals) == 0:
             return default
         return vals[min(i, len(vals) - 1)]
@@ -296,9 +300,17 @@ def draw_glyph(r: GlyphRenderer, X: Axis1D, Y: Axis1D) -> list[str]:
                        f'{style(g, "fill")} stroke="none"/>')
     elif isinstance(g, Text):
         xs, ys, texts = X(spec(g, "x", data, n)), Y(spec(g, "y", data, n)), spec(g, "text", data, n)
+        colors = spec(g, "text_color", data, n) or ["#444"] * n
+        dx = spec(g, "x_offset", data, n) if hasattr(g, "x_offset") else [0] * n
+        dy = spec(g, "y_offset", data, n) if hasattr(g, "y_offset") else [0] * n
+        align = {"left": "start", "center": "middle", "right": "end"}.get(
+            g.text_align if isinstance(g.text_align, str) else "left", "start")
+        size = g.text_font_size if isinstance(g.text_font_size, str) else "11px"
         for i in np.flatnonzero(finite(xs, ys)):
-            color = (spec(g, "text_color", data, n) or ["#444"])[i]
-            out.append(f'<text x="{xs[i]:.1f}" y="{ys[i]:.1f}" font-size="11" fill="{e(color)}">{e(texts[i])}</text>')
+            x = xs[i] + float(dx[i] or 0)
+            y = ys[i] + float(dy[i] or 0)
+            out.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{e(size)}" text-anchor="{align}" '
+                       f'fill="{e(colors[i] or "#444")}">{e(texts[i])}</text>')
     return out
 
 
@@ -342,16 +354,22 @@ def plot_svg(p) -> str:
         parts.append(f'<text x="{x0}" y="{PAD["top"] - 12}" font-size="13" font-weight="600" '
                      f'fill="#444">{e(p.title.text)}</text>')
     parts.append(f'<clipPath id="clip-{p.id}"><rect x="{x0}" y="{y1}" width="{x1-x0}" height="{y0-y1}"/></clipPath>')
+    show = lambda items: bool(items) and all(getattr(a, "visible", True) for a in items)   # noqa: E731
+    x_axis, y_axis, x_grid, y_grid = show(p.xaxis), show(p.yaxis), show(p.xgrid), show(p.ygrid)
     for pos, label in X.ticks():
         px = float(X(pos)[0]) if X.factors is None else X.px0 + (pos) / len(X.factors) * (X.px1 - X.px0)
         if x0 - 0.5 <= px <= x1 + 0.5:
-            parts.append(f'<line x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#e5e5e5"/>')
-            parts.append(f'<text x="{px:.1f}" y="{y0 + 16}" font-size="11" fill="#444" text-anchor="middle">{e(label)}</text>')
+            if x_grid:
+                parts.append(f'<line x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#e5e5e5"/>')
+            if x_axis:
+                parts.append(f'<text x="{px:.1f}" y="{y0 + 16}" font-size="11" fill="#444" text-anchor="middle">{e(label)}</text>')
     for pos, label in Y.ticks():
         py = float(Y(pos)[0]) if Y.factors is None else Y.px0 + (pos) / len(Y.factors) * (Y.px1 - Y.px0)
         if y1 - 0.5 <= py <= y0 + 0.5:
-            parts.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#e5e5e5"/>')
-            parts.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" font-size="11" fill="#444" text-anchor="end">{e(label)}</text>')
+            if y_grid:
+                parts.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#e5e5e5"/>')
+            if y_axis:
+                parts.append(f'<text x="{x0 - 6}" y="{py + 4:.1f}" font-size="11" fill="#444" text-anchor="end">{e(label)}</text>')
     parts.append(f'<g clip-path="url(#clip-{p.id})">')
     for r in renderers:
         parts += draw_glyph(r, X, Y)
@@ -367,14 +385,14 @@ def plot_svg(p) -> str:
                 parts.append(f'<line x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" {st}/>')
     parts.append("</g>")
     parts.append(f'<rect x="{x0}" y="{y1}" width="{x1-x0}" height="{y0-y1}" fill="none" stroke="#ccc"/>')
-    xl = p.xaxis[0].axis_label if p.xaxis else None
-    yl = p.yaxis[0].axis_label if p.yaxis else None
+    xl = p.xaxis[0].axis_label if x_axis else None
+    yl = p.yaxis[0].axis_label if y_axis else None
     if xl:
         parts.append(f'<text x="{(x0+x1)/2:.0f}" y="{H - 8}" font-size="12" fill="#444" text-anchor="middle">{e(xl)}</text>')
     if yl:
         parts.append(f'<text transform="translate(14 {(y0+y1)/2:.0f}) rotate(-90)" font-size="12" fill="#444" '
                      f'text-anchor="middle">{e(yl)}</text>')
-    for legend in [a for a in p.center + p.right if isinstance(a, Legend)]:
+    for legend in [a for a in p.center + p.right + p.above + p.left + p.below if isinstance(a, Legend)]:
         ly = y1 + 14
         for item in legend.items:
             label = item.label.get("value") if isinstance(item.label, dict) else getattr(item.label, "value", item.label)

@@ -72,13 +72,20 @@ async function embedPreview(id, fig) {
 
 const CONTROL_ATTRS = ["value", "active", "values", "value_throttled"];
 
+function valueModel(m) {
+  // A composite control (e.g. a discrete slider: a box around a slider) keeps its value
+  // on an inner model.
+  if (CONTROL_ATTRS.some((a) => a in m.properties)) return m;
+  return [...m.references()].find((r) => CONTROL_ATTRS.some((a) => a in r.properties)) || m;
+}
+
 function controlsOf(root) {
   // The figure's controls (models with a "ctl-<key>" CSS class), by class.
   const out = new Map();
   if (!root) return out;
   for (const m of [root, ...root.references()]) {
     const cls = (m.css_classes || []).find((c) => c.startsWith("ctl-"));
-    if (cls) out.set(cls, m);
+    if (cls) out.set(cls, valueModel(m));
   }
   return out;
 }

@@ -69,7 +69,7 @@ def _plain(x: Any) -> Any:
 
 
 def plot(title: str, x_label: str, y_label: str, *, width: int = PLOT_WIDTH,
-         height: int = PLOT_HEIGHT, x_type: str = "linear", y_type: str = "linear",
+         height: int = PLOT_HEIGHT, x_type: str = "auto", y_type: str = "auto",
          **kw: Any):
     """A Bokeh figure with the guide's look: labelled axes, no toolbar clutter."""
     p = bokeh_figure(title=title, width=width, height=height, x_axis_type=x_type,
@@ -107,15 +107,15 @@ def watch(widgets: list[pn.widgets.Widget], callback: Callable[[], None],
 
 
 def stepper(n_steps: int, label: str = "Step", interval_ms: int = 900,
-            width: int = CONTROL_WIDTH) -> pn.widgets.Player:
-    """Reset / back / play / pause / step / last controls over steps 0..n_steps-1.
+            width: int = CONTROL_WIDTH, start: int = 0) -> pn.widgets.Player:
+    """Reset / back / play / pause / step / last controls over steps start..start+n_steps-1.
 
     A Panel Player: its buttons run in the page, and every step change reaches the
     figure's Python like any other control ("first" is the reset button).
     """
     if n_steps < 1:
         raise ValueError(f"a stepper needs at least one step, got {n_steps}")
-    return pn.widgets.Player(label=label, start=0, end=n_steps - 1, value=0, interval=interval_ms,
+    return pn.widgets.Player(label=label, start=start, end=start + n_steps - 1, value=start, interval=interval_ms,
                              loop_policy="once", show_loop_controls=False, show_value=True,
                              visible_buttons=["first", "previous", "pause", "play", "next", "last"],
                              width=width)

@@ -74,6 +74,16 @@ def test_page_goes_live_offline(chromium, server, page_file, figure_ids):
             assert trail[0] == "static" and trail[-1] == "live" and "loading" in trail, (fid, trail)
             # the live figure shows exactly what CPython computes for the default controls
             wait_equal(page, fid, cpython_state(fid), timeout_s=5)
+            # ...and is drawn inside its own container (plots on canvases), not elsewhere
+            live = page.locator(f'[data-figure="{fid}"] .fig-frame > .fig-bokeh')
+            assert live.count() == 1, f"{fid}: {live.count()} live views in the figure"
+            box = live.bounding_box()
+            assert box and box["height"] > 100 and box["width"] > 200, (fid, box)
+            assert page.locator(f'[data-figure="{fid}"] .fig-frame canvas').count() >= 1, f"{fid}: nothing drawn"
+        stray = page.evaluate("""() => [...document.body.children].filter(el =>
+            !el.hidden && !['HEADER', 'NAV', 'MAIN', 'SCRIPT'].includes(el.tagName)
+            && el.getBoundingClientRect().height > 0).map(el => el.outerHTML.slice(0, 80))""")
+        assert stray == [], f"content rendered outside the page layout: {stray}"
         page.wait_for_timeout(300)
         assert log.errors() == [], log.errors()
         assert log.failed == [], log.failed

@@ -11,6 +11,7 @@ import json
 import sys
 import traceback
 
+import panel as pn
 from bokeh.embed.util import standalone_docs_json_and_render_items
 from panel.io.pyodide import _convert_json_patch, _link_docs_worker, init_doc
 from panel.io.state import set_curdoc, state
@@ -30,6 +31,8 @@ class PageSession:
     """The figures of one page, live in one Bokeh document."""
 
     def __init__(self, figure_ids: list[str]):
+        # No hidden BrowserInfo root per figure: the page renders exactly the figure roots.
+        pn.config.browser_info = False
         init_doc()
         self.doc = state.curdoc
         self.roots: dict[str, str] = {}     # figure id -> Bokeh root model id

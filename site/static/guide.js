@@ -149,8 +149,19 @@ async function goLive(msg) {
     targets.push([id, fig, target]);
   }
   if (!targets.length) return;
+  // BokehJS renders every root of the document; one without an element of its own would
+  // be appended to the page, so any root that is not a figure gets a hidden element.
+  const docRoots = Object.values(docs_json)[0].roots.map((r) => r.id);
+  for (const rid of docRoots) {
+    if (rid in roots) continue;
+    const spare = document.createElement("div");
+    spare.hidden = true;
+    spare.id = `live-extra-${rid}`;
+    document.body.append(spare);
+    roots[rid] = spare.id;
+  }
   render_items[0].roots = roots;
-  render_items[0].root_ids = Object.keys(roots);
+  render_items[0].root_ids = docRoots;
   const views = await Bokeh.embed.embed_items(docs_json, render_items);
   jsdoc = G.liveDoc = [...views[0].roots.values()][0].model.document;
   jsdoc.on_change(sendChange, false);

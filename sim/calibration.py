@@ -23,10 +23,13 @@ The model, in a few sentences (the one formula both the fit and the figures use)
   beta is the share of copy bandwidth a GEMM streams its weights at, alpha the share of
   the big-GEMM FLOP/s it reaches, and eta(m, n) the share of useful work once the
   (m, n) output is padded to whole tile_m x tile_n tiles and the tiles are dealt out
-  in whole waves over the chip's compute units (SMs on a GPU, threads on a CPU), times
-  m / (m + m_half) for the multiply units a GEMM with few tokens leaves idle;
+  in whole waves over the chip's compute units (SMs on a GPU, threads on a CPU; K is
+  split when there are fewer tiles than units), times m / (m + m_half) for the multiply
+  units a GEMM with few tokens leaves idle;
 * attention:       the same smooth roofline with its own alpha, beta, p and a fixed
-                   start-up cost per SDPA backend;
+                   start-up cost per SDPA backend; an unfused backend also moves the
+                   score matrix (batch x heads x queries x keys) through memory a fitted
+                   number of times (about 0 for flash, 2 or more for math);
 * elementwise:     t = fixed + bytes / (beta BW) per op (eager PyTorch may run one op
                    as several kernels, so beta < 1 and fixed > launch are allowed).
 
@@ -82,24 +85,31 @@ def smooth_max(a, b, p):
 def tile_wave_efficiency(m, n, tile_m, tile_n, units):
     """Share of useful work in an (m x n) GEMM output computed in whole tiles and waves.
 
-    The output is padded up to whole tile_m x tile_n tiles, and the tiles run in waves
-    of `units` at a time (one tile per SM or per thread); a wave that is only partly
-    full still takes a whole wave's time.
+    Beyond one tile, the output is padded up to whole tile_m x tile_n tiles (a dimension
+    smaller than one tile gets a tile its own size, as libraries pick a smaller tile or
+    swap the operands). The tiles run in waves of `units` at a time (one tile per SM or
+    thread); when there are fewer tiles than units, K is split so that every unit gets a
+    share. A wave that is only partly full still takes a whole wave's time.
 
     >>> float(tile_wave_efficiency(128, 128, 128, 128, 1))
     1.0
     >>> float(tile_wave_efficiency(129, 128, 128, 128, 1))   # a 2nd, almost empty tile row
     0.50390625
-    >>> float(tile_wave_efficiency(256, 128, 128, 128, 4))   # 2 tiles on 4 units: half idle
-    0.5
+    >>> float(tile_wave_efficiency(384, 128, 128, 128, 4))   # 3 tiles on 4 units: one idles
+    0.75
+    >>> float(tile_wave_efficiency(128, 256, 128, 128, 4))   # 2 tiles, split in 2 along K
+    1.0
     """
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     tiles_m = np.ceil(m / tile_m)
     tiles_n = np.ceil(n / tile_n)
+    padded_m = np.where(m > tile_m, tiles_m * tile_m, m)
+    padded_n = np.where(n > tile_n, tiles_n * tile_n, n)
     tiles = tiles_m * tiles_n
-    waves = np.ceil(tiles / units)
-    return (m * n) / (tiles_m * tile_m * tiles_n * tile_n) * tiles / (waves * units)
+    work = tiles * np.maximum(np.floor(units / tiles), 1.0)     # split-K when tiles < units
+    waves = np.ceil(work / units)
+    return (m * n) / (padded_m * padded_n) * work / (waves * units)
 
 
 @dataclass(frozen=True)
@@ -136,10 +146,15 @@ class RooflineParams:
     bandwidth_efficiency: float   # share of copy bandwidth
     smoothness: float             # p of smooth_max
     fixed_s: float = 0.0          # start-up cost of the kernel(s) beyond one launch
+    score_traffic: float = 0.0    # times the score matrix crosses memory (0: fused, ~2: unfused)
 
-    def time_s(self, flops, nbytes, *, bandwidth_bytes_per_s, flops_per_s, launch_overhead_s):
-        """Predicted seconds for kernels doing `flops` and moving `nbytes`."""
-        mem = np.asarray(nbytes, dtype=float) / (bandwidth_bytes_per_s * self.bandwidth_efficiency)
+    def time_s(self, flops, nbytes, *, bandwidth_bytes_per_s, flops_per_s, launch_overhead_s,
+               score_bytes=0.0):
+        """Predicted seconds for kernels doing `flops` and moving `nbytes`, plus
+        `score_traffic` x `score_bytes` for a kernel that writes the score matrix out."""
+        traffic = np.asarray(nbytes, dtype=float) + self.score_traffic * np.asarray(score_bytes,
+                                                                                   dtype=float)
+        mem = traffic / (bandwidth_bytes_per_s * self.bandwidth_efficiency)
         comp = np.asarray(flops, dtype=float) / (flops_per_s * self.compute_efficiency)
         return launch_overhead_s + self.fixed_s + smooth_max(mem, comp, self.smoothness)
 
@@ -272,12 +287,14 @@ class Calibration:
         return float(self.gemm_times_s(m, n, k, weight_bytes_per_elem, act_bytes_per_elem, dtype))
 
     def attention_time_s(self, flops: float, nbytes: float, dtype: str = "bf16",
-                         backend: str | None = None) -> float:
+                         backend: str | None = None, score_bytes: float = 0.0) -> float:
         """One fused attention kernel moving `nbytes` of HBM traffic and doing `flops`.
 
         `backend` ("flash", "efficient", "math") picks that backend's fitted terms; by
         default the calibration's default backend (flash where it was measured).
-        Without fitted terms this is the plain roofline.
+        `score_bytes` is the size of the score matrix (batch x heads x queries x keys x
+        bytes per element): an unfused backend's fitted `score_traffic` moves it through
+        memory that many times. Without fitted terms this is the plain roofline.
         """
         if flops < 0 or nbytes < 0:
             raise ValueError(f"flops and bytes must be >= 0, got {flops}, {nbytes}")
@@ -289,7 +306,8 @@ class Calibration:
                              f"valid: {', '.join(sorted(self.attention))}")
         return float(self.attention[name].time_s(
             flops, nbytes, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
-            flops_per_s=self.flops(dtype), launch_overhead_s=self.launch_overhead_s))
+            flops_per_s=self.flops(dtype), launch_overhead_s=self.launch_overhead_s,
+            score_bytes=score_bytes))
 
     def elementwise_time_s(self, nbytes: float, op: str | None = None) -> float:
         """A memory-bound elementwise kernel (norm, activation, residual add) moving `nbytes`.
@@ -392,8 +410,10 @@ def predict_s(cal: Calibration, kind: str, flops, nbytes, dtype: str, *, shape=N
         params = cal.attention.get(backend or "")
         if params is None:
             return roofline_s(cal, flops, nbytes, dtype)
+        scores = np.array([score_bytes(s) for s in shape], dtype=float)
         return params.time_s(flops, nbytes, bandwidth_bytes_per_s=cal.bandwidth_bytes_per_s,
-                             flops_per_s=cal.flops(dtype), launch_overhead_s=cal.launch_overhead_s)
+                             flops_per_s=cal.flops(dtype), launch_overhead_s=cal.launch_overhead_s,
+                             score_bytes=scores)
     if kind == "elementwise":
         out = np.empty(len(nbytes))
         for i, s in enumerate(shape):
@@ -404,6 +424,11 @@ def predict_s(cal: Calibration, kind: str, flops, nbytes, dtype: str, *, shape=N
     if kind == "copy":
         return roofline_s(cal, flops, nbytes, dtype)
     raise ValueError(f"unknown kernel kind {kind!r}; valid: {', '.join(KINDS)}")
+
+
+def score_bytes(shape: Mapping) -> float:
+    """Bytes of the score matrix of an attention shape: score_elements x bytes per element."""
+    return float(shape["score_elements"] * shape["bytes_per_elem"])
 
 
 def roofline_s(cal: Calibration, flops, nbytes, dtype: str):

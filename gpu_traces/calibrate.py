@@ -1,0 +1,472 @@
+"""Fit a calibration to every recorded trace and write sim/calibrations/<device>.json.
+
+    python -m gpu_traces.calibrate            # all traces under gpu_traces/traces/
+    python -m gpu_traces.calibrate --check    # exit 1 if the shipped files are out of date
+
+What is fitted (the formulas live in sim/calibration.py, shared with the simulations):
+
+1. Every point is put in the training or the held-out set by a hash of its kind, dtype,
+   backend and label (a quarter held out). The copy sweep and the square GEMMs define
+   the peaks and always train.
+2. Launch overhead and bandwidth: a straight line t = launch + bytes / BW through the
+   copy sweep, least squares on the relative error.
+3. FLOP/s per dtype: the best square GEMM, after its launch overhead.
+4. GEMM shape terms per dtype (alpha, beta, tile_m, tile_n, p, m_half): Nelder-Mead on the mean
+   log error (soft-L1, so a disturbed point cannot drag the fit) for every tile pair of
+   a small grid; the best pair wins.
+5. Attention per SDPA backend (alpha, beta, p, fixed cost, passes of the score matrix
+   through memory), and a line per elementwise op.
+6. The errors of the calibrated model and of the plain roofline (the same peaks and
+   launch overhead, no shape terms) on the held-out points: median and max of
+   |predicted - measured| / measured, overall and per kind.
+
+Only numpy is used, so this runs in the site's environment and the recorder's alike.
+Same traces in, byte-identical files out: parameters and times are rounded to 6
+significant digits and keys are sorted.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from gpu_traces.schema import TraceError, load_trace
+from sim import calibration as cal_mod
+from sim import hardware
+from sim.calibration import (CALIBRATION_DIR, CALIBRATION_FORMAT_VERSION, POINT_COLUMNS,
+                             calibration_from_section, catalogue_key_for_device, device_slug,
+                             predict_rows, relative_errors, spec_sheet)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TRACES_DIR = Path(__file__).resolve().parent / "traces"
+GENERATOR = "python -m gpu_traces.calibrate"
+ANCHOR_KINDS = ("copy", "big-gemm")           # define the peaks; always in the training set
+HELDOUT_SHARE = 4                             # one point in HELDOUT_SHARE is held out
+TILE_M_GRID = (1, 16, 32, 64, 128, 256)
+TILE_N_GRID = (1, 32, 64, 128, 256)
+MAX_SMOOTHNESS = 64.0                         # p beyond this is a sharp max in practice
+SIG_DIGITS = 6
+
+
+class CalibrationError(ValueError):
+    """A trace that validates but cannot be calibrated (e.g. no copy sweep)."""
+
+
+def sig(x: float, digits: int = SIG_DIGITS) -> float:
+    """`x` rounded to `digits` significant digits (the files' fixed float format)."""
+    return float(f"{float(x):.{digits}g}")
+
+
+# ------------------------------------------------------------------------------------
+# A small, deterministic Nelder-Mead (no scipy in the browser's environment)
+# ------------------------------------------------------------------------------------
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5,
+                max_iter: int = 800, xtol: float = 1e-8, ftol: float = 1e-12) -> tuple[np.ndarray, float]:
+    """Minimise `f` from `x0`; returns (x, f(x)). Standard reflection/expansion/contraction."""
+    x0 = np.asarray(x0, dtype=float)
+    n = len(x0)
+    pts = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(max_iter):
+        order = np.argsort(vals, kind="stable")
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if (max(np.max(np.abs(p - pts[0])) for p in pts[1:]) < xtol
+                and abs(vals[-1] - vals[0]) < ftol):
+            break
+        centroid = np.mean(pts[:-1], axis=0)
+        xr = centroid + (centroid - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = centroid + 2.0 * (centroid - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = centroid + 0.5 * (pts[-1] - centroid)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    best = int(np.argmin(vals))
+    return pts[best], vals[best]
+
+
+ROBUST_SCALE = 0.05   # log errors beyond ~5% count less than squared (soft-L1)
+
+
+def _log_loss(pred: np.ndarray, meas: np.ndarray) -> float:
+    """Soft-L1 loss of the log errors: squared when small, linear when large, so a point
+    disturbed by the machine (a preempted repeat) cannot drag the whole fit."""
+    r = np.log(pred / meas) / ROBUST_SCALE
+    if not np.all(np.isfinite(r)):
+        return float("inf")
+    return float(np.mean(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
+
+
+def _smoothness(theta: float) -> float:
+    return float(min(max(np.exp(theta), 1.0), MAX_SMOOTHNESS))
+
+
+MAX_EFFICIENCY = 4.0   # an efficiency this high means "never the limit" (the other term rules)
+MAX_SCORE_TRAFFIC = 16.0   # passes of the score matrix through memory, at most
+
+
+def _efficiency(theta: float) -> float:
+    return float(min(max(np.exp(theta), 1e-6), MAX_EFFICIENCY))
+
+
+# ------------------------------------------------------------------------------------
+# The fits
+# ------------------------------------------------------------------------------------
+
+def heldout(kind: str, dtype: str, backend: str | None, label: str) -> bool:
+    """Whether a point is held out of the fit (stable across runs and machines)."""
+    if kind in ANCHOR_KINDS:
+        return False
+    key = f"{kind}|{dtype}|{backend}|{label}".encode()
+    return int(hashlib.sha256(key).hexdigest()[:8], 16) % HELDOUT_SHARE == 0
+
+
+def fit_line(nbytes: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(fixed_s, bytes_per_s) of t = fixed + bytes / rate, least squares on relative error.
+
+    A negative intercept is clamped to zero and the slope refitted.
+    """
+    a = np.stack([1.0 / t, nbytes / t], axis=1)
+    (fixed, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if fixed < 0:
+        fixed = 0.0
+        inv_rate = float(np.sum(nbytes / t) / np.sum((nbytes / t) ** 2))
+    if inv_rate <= 0:
+        raise CalibrationError("copy/elementwise times do not grow with bytes; cannot fit a rate")
+    return float(fixed), float(1.0 / inv_rate)
+
+
+def _polish(loss, starts: Sequence[Sequence[float]], restarts: int = 3) -> tuple[np.ndarray, float]:
+    """Best Nelder-Mead result over several starts, each restarted from where it stopped
+    (a fresh simplex escapes the collapsed ones that stall the method)."""
+    best = None
+    for x0 in starts:
+        x, val = nelder_mead(loss, x0)
+        for _ in range(restarts):
+            x, val = nelder_mead(loss, x, step=0.2)
+        if best is None or val < best[1] - 1e-12:
+            best = (x, val)
+    return best
+
+
+def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
+             units: int) -> dict:
+    """Shape terms of one dtype's GEMMs.
+
+    Every tile pair of the grid gets a quick fit; the three best are then fitted again
+    from several starting corners (p = 1.5, 4, 16) and the best result wins.
+    """
+    fl = np.array([p["flops"] for p in points])
+    nb = np.array([p["bytes"] for p in points])
+    m = np.array([p["shape"]["m"] for p in points], dtype=float)
+    n = np.array([p["shape"]["n"] for p in points], dtype=float)
+    t = np.array([p["time_s"] for p in points])
+
+    def make_loss(tile_m, tile_n):
+        def loss(theta):
+            params = cal_mod.GemmShapeParams(_efficiency(theta[0]), _efficiency(theta[1]),
+                                             tile_m, tile_n, _smoothness(theta[2]),
+                                             float(np.exp(theta[3])))
+            return _log_loss(params.time_s(fl, nb, m, n, bandwidth_bytes_per_s=bw,
+                                           flops_per_s=flops_per_s, launch_overhead_s=launch,
+                                           compute_units=units), t)
+        return loss
+
+    first = []
+    for tile_m in TILE_M_GRID:
+        for tile_n in TILE_N_GRID:
+            _, val = nelder_mead(make_loss(tile_m, tile_n), [0.0, 0.0, np.log(4.0), np.log(4.0)])
+            first.append((val, tile_m, tile_n))
+    first.sort(key=lambda x: x[0])                    # stable: grid order breaks ties
+    best = None
+    for _, tile_m, tile_n in first[:3]:
+        starts = [[0.0, 0.0, np.log(p0), np.log(4.0)] for p0 in (1.5, 4.0, 16.0)]
+        theta, val = _polish(make_loss(tile_m, tile_n), starts)
+        if best is None or val < best[0] - 1e-12:
+            best = (val, theta, tile_m, tile_n)
+    _, theta, tile_m, tile_n = best
+    m_half = float(np.exp(theta[3]))
+    return {"compute_efficiency": sig(_efficiency(theta[0])),
+            "bandwidth_efficiency": sig(_efficiency(theta[1])), "tile_m": tile_m, "tile_n": tile_n, "smoothness": sig(_smoothness(theta[2])),
+            "half_rate_tokens": sig(m_half) if m_half > 1e-3 else 0.0}
+
+
+def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: float) -> dict:
+    """Efficiencies, corner, fixed cost and score-matrix traffic of one attention backend."""
+    fl = np.array([p["flops"] for p in points])
+    nb = np.array([p["bytes"] for p in points])
+    sb = np.array([cal_mod.score_bytes(p["shape"]) for p in points])
+    t = np.array([p["time_s"] for p in points])
+
+    def loss(theta):
+        params = cal_mod.RooflineParams(_efficiency(theta[0]), _efficiency(theta[1]),
+                                        _smoothness(theta[2]), float(np.exp(theta[3])),
+                                        float(min(np.exp(theta[4]), MAX_SCORE_TRAFFIC)))
+        return _log_loss(params.time_s(fl, nb, bandwidth_bytes_per_s=bw, flops_per_s=flops_per_s,
+                                       launch_overhead_s=launch, score_bytes=sb), t)
+    # the fixed cost starts at a tenth of the fastest kernel, the score traffic at one pass;
+    # both may shrink towards zero
+    fixed0 = np.log(0.1 * float(np.min(t)))
+    theta, _ = _polish(loss, [[0.0, 0.0, np.log(p0), fixed0, 0.0] for p0 in (1.5, 4.0, 16.0)])
+    fixed = float(np.exp(theta[3]))
+    traffic = float(min(np.exp(theta[4]), MAX_SCORE_TRAFFIC))
+    return {"compute_efficiency": sig(_efficiency(theta[0])),
+            "bandwidth_efficiency": sig(_efficiency(theta[1])), "smoothness": sig(_smoothness(theta[2])),
+            "fixed_s": sig(fixed) if fixed > 1e-4 * float(np.min(t)) else 0.0,
+            "score_traffic": sig(traffic) if traffic > 1e-3 else 0.0}
+
+
+def _summary(pred: np.ndarray, roof: np.ndarray, meas: np.ndarray, mask: np.ndarray) -> dict:
+    def stats(x):
+        e = relative_errors(x[mask], meas[mask])
+        return {"median_rel_err": sig(np.median(e), 4), "max_rel_err": sig(np.max(e), 4)}
+    if not np.any(mask):
+        return {"n": 0, "model": None, "roofline": None}
+    return {"n": int(np.sum(mask)), "model": stats(pred), "roofline": stats(roof)}
+
+
+def _point_rows(trace: Mapping) -> list[dict]:
+    rows = []
+    for m in trace["measurements"]:
+        t = m["time"]
+        rows.append({"kind": m["kind"], "label": m["label"], "dtype": m["dtype"],
+                     "backend": m["backend"], "shape": m["shape"], "flops": float(m["flops"]),
+                     "bytes": float(m["bytes"]), "time_s": sig(t["median_s"]),
+                     "p25_s": sig(t["p25_s"]), "p75_s": sig(t["p75_s"]),
+                     "split": "heldout" if heldout(m["kind"], m["dtype"], m["backend"],
+                                                   m["label"]) else "train"})
+    return rows
+
+
+def fit_trace(trace: Mapping, trace_file: str) -> dict:
+    """The calibration file's contents for one validated trace."""
+    dev = trace["device"]
+    rows = _point_rows(trace)
+    train = [r for r in rows if r["split"] == "train"]
+
+    def of(kind, dtype=None, backend=None, rows=train):
+        return [r for r in rows if r["kind"] == kind and (dtype is None or r["dtype"] == dtype)
+                and (backend is None or r["backend"] == backend)]
+
+    copies = of("copy")
+    if len(copies) < 2:
+        raise CalibrationError(f"{trace_file}: needs at least 2 copy measurements to fit "
+                               f"bandwidth and launch overhead, has {len(copies)}")
+    launch, bw = fit_line(np.array([r["bytes"] for r in copies]),
+                          np.array([r["time_s"] for r in copies]))
+    launch, bw = sig(launch), sig(bw)
+
+    flops_per_s = {}
+    for dtype in sorted({r["dtype"] for r in rows if r["kind"] in ("gemm", "big-gemm")}):
+        src = of("big-gemm", dtype) or of("gemm", dtype)
+        flops_per_s[dtype] = sig(max(r["flops"] / max(r["time_s"] - launch, 0.5 * r["time_s"])
+                                     for r in src))
+    units = int(dev["compute_units"])
+    gemm = {}
+    for dtype, peak in flops_per_s.items():
+        pts = of("gemm", dtype) + of("big-gemm", dtype)
+        if len(pts) >= 4:
+            gemm[dtype] = fit_gemm(pts, bw, peak, launch, units)
+
+    attention = {}
+    att_rows = [r for r in train if r["kind"].startswith("attention")]
+    for backend in sorted({r["backend"] for r in att_rows}):
+        pts = [r for r in att_rows if r["backend"] == backend]
+        dtypes = {r["dtype"] for r in pts}
+        if len(pts) >= 4 and len(dtypes) == 1 and next(iter(dtypes)) in flops_per_s:
+            attention[backend] = fit_roofline(pts, bw, flops_per_s[next(iter(dtypes))], launch)
+    default_backend = next((b for b in ("flash", "cudnn", "efficient", "math") if b in attention),
+                           None)
+
+    elementwise = {}
+    for op in sorted({r["shape"]["op"] for r in of("elementwise")}):
+        pts = [r for r in of("elementwise") if r["shape"]["op"] == op]
+        if len(pts) >= 2:
+            try:
+                fixed, rate = fit_line(np.array([r["bytes"] for r in pts]),
+                                       np.array([r["time_s"] for r in pts]))
+            except CalibrationError:
+                continue            # no growth with size: left to the plain roofline
+            elementwise[op] = {"fixed_s": sig(fixed), "bandwidth_efficiency": sig(rate / bw)}
+
+    key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
+    gpu = hardware.get(key) if key else None
+    slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
+    name = (dev["name"] if dev["type"] == "cuda"
+            else f"{dev['name']} (CPU, {units} thread{'s' * (units > 1)})")
+    section = {
+        "launch_overhead_s": launch, "bandwidth_bytes_per_s": bw, "flops_per_s": flops_per_s,
+        "compute_units": units, "gemm": gemm, "attention": attention,
+        "default_attention_backend": default_backend, "elementwise": elementwise,
+        "efficiency": None, "spec": None,
+    }
+    if gpu is not None:
+        section["spec"] = {"catalogue_key": key,
+                           "bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+                           "flops_per_s": dict(gpu.dense_flops)}
+        section["efficiency"] = {
+            "bandwidth": sig(bw / gpu.hbm_bandwidth_bytes_per_s),
+            "flops": {dt: sig(f / gpu.dense_flops[dt]) for dt, f in flops_per_s.items()
+                      if dt in gpu.dense_flops}}
+
+    cal = calibration_from_section(name, section)
+    model, roof = predict_rows(cal, rows)
+    meas = np.array([r["time_s"] for r in rows])
+    held = np.array([r["split"] == "heldout" for r in rows])
+    kinds = np.array([r["kind"] for r in rows])
+    fit = {
+        "split": (f"one point in {HELDOUT_SHARE} held out by a hash of kind, dtype, backend and "
+                  f"label; the copy sweep and square GEMMs always train"),
+        "n_points": len(rows),
+        "heldout": _summary(model, roof, meas, held),
+        "train": _summary(model, roof, meas, ~held),
+        "by_kind": {k: {"heldout": _summary(model, roof, meas, held & (kinds == k)),
+                        "train": _summary(model, roof, meas, ~held & (kinds == k))}
+                    for k in sorted(set(kinds))},
+        "spec_sheet_heldout": None,
+    }
+    if fit["heldout"]["n"] == 0:
+        raise CalibrationError(f"{trace_file}: no held-out points; the trace is too small to "
+                               f"report a fit error")
+    if gpu is not None:
+        spec = spec_sheet(gpu)
+        spec_pred = np.array([spec.op_time_s(r["flops"], r["bytes"], r["dtype"])
+                              if r["dtype"] in spec.flops_per_s or r["flops"] == 0 else np.nan
+                              for r in rows])
+        ok = held & np.isfinite(spec_pred)
+        fit["spec_sheet_heldout"] = _summary(spec_pred, spec_pred, meas, ok)["model"]
+
+    sw = trace["software"]
+    return {
+        "format_version": CALIBRATION_FORMAT_VERSION,
+        "generated_by": GENERATOR,
+        "device": {"name": name, "recorded_name": dev["name"], "type": dev["type"],
+                   "slug": slug, "catalogue_key": key, "arch": gpu.arch if gpu else None,
+                   "compute_units": units, "compute_unit_kind": dev["compute_unit_kind"],
+                   "memory_bytes": dev["memory_bytes"]},
+        "trace": {"file": trace_file, "recorded_at": trace["recorded_at"],
+                  "suite": trace["suite"]["name"], "torch": sw["torch"], "cuda": sw["cuda"],
+                  "driver": sw["driver"], "timing": trace["timing"]["method"],
+                  "skipped": len(trace["skipped"])},
+        "calibration": section,
+        "fit": fit,
+        "points": {"columns": list(POINT_COLUMNS),
+                   "rows": [[r[c] for c in POINT_COLUMNS] for r in rows]},
+    }
+
+
+# ------------------------------------------------------------------------------------
+# Files
+# ------------------------------------------------------------------------------------
+
+def dumps(data: Mapping) -> str:
+    """The file text: sorted keys, one point per line, a newline at the end."""
+    head = {**data, "points": {**data["points"], "rows": "__ROWS__"}}
+    text = json.dumps(head, indent=1, sort_keys=True, ensure_ascii=False)
+    rows = ",\n".join("   " + json.dumps(r, sort_keys=True, separators=(",", ":"))
+                      for r in data["points"]["rows"])
+    return text.replace('"__ROWS__"', "[\n" + rows + "\n  ]") + "\n"
+
+
+def _choose(traces: list[tuple[Path, dict]]) -> tuple[Path, dict]:
+    # full suites before quick ones, then the most recent, then by path
+    return sorted(traces, key=lambda pt: (pt[1]["suite"]["quick"],
+                                          tuple(-ord(c) for c in pt[1]["recorded_at"]),
+                                          str(pt[0])))[0]
+
+
+def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
+                       log=print) -> dict[str, str]:
+    """{file name: text} of every calibration the traces under `traces_dir` give."""
+    by_slug: dict[str, list] = {}
+    for path in sorted(Path(traces_dir).rglob("*.json")):
+        trace = load_trace(path)                     # TraceError says what is wrong
+        if trace.get("synthetic"):
+            raise CalibrationError(f"{path}: a synthetic trace (made up by the model for tests) "
+                                   f"does not belong among the recorded traces")
+        dev = trace["device"]
+        key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
+        slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
+        by_slug.setdefault(slug, []).append((path, trace))
+    out = {}
+    for slug in sorted(by_slug):
+        path, trace = _choose(by_slug[slug])
+        try:
+            rel = path.resolve().relative_to(Path(root).resolve()).as_posix()
+        except ValueError:
+            rel = path.name
+        data = fit_trace(trace, rel)
+        out[f"{slug}.json"] = dumps(data)
+        h = data["fit"]["heldout"]
+        log(f"{rel} => sim/calibrations/{slug}.json: held-out error (n={h['n']}) model median "
+            f"{h['model']['median_rel_err']:.1%}, max {h['model']['max_rel_err']:.1%}; plain "
+            f"roofline median {h['roofline']['median_rel_err']:.1%}, max "
+            f"{h['roofline']['max_rel_err']:.1%}")
+        for other, _ in by_slug[slug]:
+            if other != path:
+                log(f"  (not used: {other}, an older or quick trace of the same device)")
+    return out
+
+
+def write_calibrations(files: Mapping[str, str], out_dir: Path = CALIBRATION_DIR) -> None:
+    """Write the files and remove generated ones that no trace produces any more."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in sorted(out_dir.glob("*.json")):
+        if old.name not in files:
+            try:
+                generated = json.loads(old.read_text()).get("generated_by") == GENERATOR
+            except (json.JSONDecodeError, AttributeError):
+                generated = False
+            if generated:
+                old.unlink()
+    for name, text in files.items():
+        p = out_dir / name
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog=GENERATOR, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of traces")
+    p.add_argument("--out", type=Path, default=CALIBRATION_DIR, help="folder for the calibrations")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if the files in --out differ from what the traces give")
+    args = p.parse_args(argv)
+    try:
+        files = build_calibrations(args.traces, log=lambda s: print(s, file=sys.stderr))
+    except (TraceError, CalibrationError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        stale = [n for n, text in files.items()
+                 if not (args.out / n).exists() or (args.out / n).read_text() != text]
+        extra = [q.name for q in args.out.glob("*.json") if q.name not in files]
+        if stale or extra:
+            print(f"out of date: {', '.join(stale + extra)}; run `{GENERATOR}`", file=sys.stderr)
+            return 1
+        return 0
+    write_calibrations(files, args.out)
+    if not files:
+        print(f"no traces under {args.traces}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Reading and checking traces: JSON Schema validation plus checks a schema cannot express.
+
+Every reader of a trace goes through `load_trace` (or `validate_trace` for a dict in
+memory). A trace is rejected with a TraceError whose message names the file, the place
+in the JSON (e.g. `measurements[12].time.p25_s`) and what is wrong. No torch here: this
+runs in the site's environment as well as the recorder's.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Mapping
+
+import jsonschema
+
+from gpu_traces import shapes
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent / "trace.schema.json"
+REL_TOL = 1e-9   # recomputed FLOPs/bytes and order statistics must match this closely
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message says which file, where, and what is wrong."""
+
+
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _where(path_parts) -> str:
+    out = ""
+    for p in path_parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0)
+
+
+def _quantile(sorted_xs: list[float], q: float) -> float:
+    # linear interpolation between closest ranks, as numpy.quantile's default does
+    pos = (len(sorted_xs) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def time_stats(samples_s: list[float]) -> dict:
+    """The `time` record of a measurement from its timed repeats (seconds)."""
+    xs = sorted(float(x) for x in samples_s)
+    return {"median_s": _quantile(xs, 0.5), "p25_s": _quantile(xs, 0.25),
+            "p75_s": _quantile(xs, 0.75), "min_s": xs[0], "max_s": xs[-1],
+            "repeats": len(xs), "samples_s": [float(x) for x in samples_s]}
+
+
+def _semantic_errors(trace: Mapping) -> list[str]:
+    """Checks beyond the schema: counts agree with shapes, times agree with their samples."""
+    errors = []
+    for i, m in enumerate(trace["measurements"]):
+        here = f"measurements[{i}] ({m['label']})"
+        flops, nbytes = shapes.counts(m["kind"], m["shape"])
+        if not _close(flops, m["flops"]) and not (flops == 0 == m["flops"]):
+            errors.append(f"{here}.flops: {m['flops']} disagrees with its shape ({flops})")
+        if not _close(nbytes, m["bytes"]):
+            errors.append(f"{here}.bytes: {m['bytes']} disagrees with its shape ({nbytes})")
+        t = m["time"]
+        if t["repeats"] != len(t["samples_s"]):
+            errors.append(f"{here}.time.repeats: {t['repeats']} but "
+                          f"{len(t['samples_s'])} samples")
+            continue
+        if not (t["min_s"] <= t["p25_s"] <= t["median_s"] <= t["p75_s"] <= t["max_s"]):
+            errors.append(f"{here}.time: spread out of order (need min <= p25 <= median <= p75 "
+                          f"<= max, got {t['min_s']}, {t['p25_s']}, {t['median_s']}, "
+                          f"{t['p75_s']}, {t['max_s']})")
+            continue
+        want = time_stats(t["samples_s"])
+        for key in ("median_s", "p25_s", "p75_s", "min_s", "max_s"):
+            if not _close(want[key], t[key]):
+                errors.append(f"{here}.time.{key}: {t[key]} is not the {key[:-2]} of its "
+                              f"samples ({want[key]})")
+    seen = {}
+    for i, m in enumerate(trace["measurements"]):
+        key = (m["kind"], m["dtype"], m["backend"], json.dumps(m["shape"], sort_keys=True))
+        if key in seen:
+            errors.append(f"measurements[{i}] ({m['label']}): duplicate of "
+                          f"measurements[{seen[key]}]")
+        seen[key] = i
+    if trace["device"]["type"] == "cpu" and trace["device"]["catalogue_key"] is not None:
+        errors.append("device.catalogue_key: a CPU trace cannot stand for a catalogue GPU")
+    return errors
+
+
+def validate_trace(trace: object, source: str = "<trace>") -> dict:
+    """Check a parsed trace; return it unchanged or raise TraceError naming `source`."""
+    if not isinstance(trace, dict):
+        raise TraceError(f"{source}: a trace is a JSON object, got {type(trace).__name__}")
+    if "schema_version" not in trace:
+        raise TraceError(f"{source}: missing 'schema_version' (is this a trace written by "
+                         f"`python -m gpu_traces.record`?)")
+    version = trace["schema_version"]
+    if version != SCHEMA_VERSION:
+        raise TraceError(f"{source}: schema_version {version!r} is not supported; this reader "
+                         f"reads version {SCHEMA_VERSION}. Re-record the trace with this "
+                         f"checkout's recorder.")
+    validator = jsonschema.Draft202012Validator(_schema())
+    problems = sorted(validator.iter_errors(trace), key=lambda e: list(map(str, e.absolute_path)))
+    if problems:
+        lines = [f"{_where(e.absolute_path)}: {_short(e)}" for e in problems[:10]]
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise TraceError(f"{source}: does not match {SCHEMA_PATH.name} "
+                         f"({len(problems)} problem{'s' * (len(problems) > 1)}):\n  "
+                         + "\n  ".join(lines) + more)
+    errors = _semantic_errors(trace)
+    if errors:
+        more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
+        raise TraceError(f"{source}: inconsistent trace ({len(errors)} problem"
+                         f"{'s' * (len(errors) > 1)}):\n  " + "\n  ".join(errors[:10]) + more)
+    return trace
+
+
+def _short(error: jsonschema.ValidationError) -> str:
+    msg = error.message
+    return msg if len(msg) < 300 else msg[:300] + "..."
+
+
+def load_trace(path: Path | str) -> dict:
+    """Read a trace file and validate it; TraceError says what is wrong and where."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    if not text.strip():
+        raise TraceError(f"{path}: empty file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        ends_early = e.pos >= len(text.rstrip()) or not text.rstrip().endswith("}")
+        hint = " (the file ends early: truncated?)" if ends_early else ""
+        raise TraceError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: "
+                         f"{e.msg}{hint}") from None
+    return validate_trace(data, str(path))

@@ -749,3 +749,60 @@ def _preferred(devices: Sequence[RecordedDevice]) -> RecordedDevice:
 
 def _neg(s: str) -> tuple:
     return tuple(-ord(ch) for ch in s)
+
+
+# --------------------------------------------------------------------------------------------
+# Measured GEMMs of one transformer layer (the batch-knee figure's overlay)
+# --------------------------------------------------------------------------------------------
+
+LAYER_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LayerGemmMeasurements:
+    """One layer's four linear layers, timed together, at each recorded token count."""
+
+    device: str                  # as recorded, e.g. "AMD EPYC (CPU, 1 thread)"
+    device_type: str             # "cuda" | "cpu"
+    catalogue_key: str | None    # the catalogue GPU it is (never for a CPU)
+    model: str
+    dtype: str
+    tokens: np.ndarray           # (n,) token counts at which all four layers were measured
+    measured_s: np.ndarray       # (n,) sum of the four measured medians
+    measured_p25_s: np.ndarray   # (n,) sum of the four lower quartiles (a spread, not a quartile)
+    measured_p75_s: np.ndarray   # (n,) sum of the four upper quartiles
+    model_s: np.ndarray          # (n,) the calibrated model's prediction of the same sum
+    roofline_s: np.ndarray       # (n,) the plain roofline's prediction (same peaks, no shape terms)
+    heldout: np.ndarray          # (n,) bool: at least one of the four was held out of the fit
+    caption: str                 # provenance: device, date, software, held-out fit error
+
+
+def layer_gemm_measurements(device: "RecordedDevice | str", model: str,
+                            dtype: str = "bf16") -> LayerGemmMeasurements:
+    """Measured time of one layer's qkv, o, gate/up and down GEMMs against token count.
+
+    Sums, per token count m, the four GEMMs of `model` recorded on `device` (a
+    RecordedDevice or its slug), with the calibrated model's and the plain roofline's
+    predictions of the same sum. Token counts missing any of the four are left out.
+    Raises ValueError when the trace has no GEMMs of that model and dtype.
+    """
+    rec = device if isinstance(device, RecordedDevice) else recorded_device(device)
+    by_m: dict[int, dict[str, MeasuredPoint]] = {}
+    for p in rec.points_of("gemm"):
+        if p.shape.get("model") == model and p.dtype == dtype and p.shape.get("layer") in LAYER_GEMMS:
+            by_m.setdefault(int(p.shape["m"]), {})[p.shape["layer"]] = p
+    rows = [(m, pts) for m, pts in sorted(by_m.items()) if len(pts) == len(LAYER_GEMMS)]
+    if not rows:
+        have = sorted({(p.shape.get("model"), p.dtype) for p in rec.points_of("gemm")})
+        raise ValueError(f"{rec.name}: no recorded GEMMs of {model} in {dtype}; recorded: {have}")
+
+    def total(attr: str) -> np.ndarray:
+        return np.array([sum(getattr(p, attr) for p in pts.values()) for _, pts in rows])
+
+    return LayerGemmMeasurements(
+        device=rec.name, device_type=rec.device_type, catalogue_key=rec.catalogue_key,
+        model=model, dtype=dtype, tokens=np.array([m for m, _ in rows]),
+        measured_s=total("time_s"), measured_p25_s=total("p25_s"), measured_p75_s=total("p75_s"),
+        model_s=total("model_s"), roofline_s=total("roofline_s"),
+        heldout=np.array([any(p.split != "train" for p in pts.values()) for _, pts in rows]),
+        caption=rec.provenance.caption())

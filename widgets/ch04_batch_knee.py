@@ -6,17 +6,19 @@ stays flat and total tokens/s grows with the batch. Past the knee the step is
 compute-bound: time grows with the batch and per-user speed falls.
 
 Controls: batch size (1..1024), GPU, model, and the context each user already holds.
-One call: sim.roofline.sweep_batch.
+One call: sim.roofline.sweep_batch. Below, measured GEMM times of one layer from the
+recorded traces (sim.calibration.layer_gemm_measurements), on the device they were
+recorded on, against the calibrated model and the plain roofline.
 """
 from __future__ import annotations
 
 import panel as pn
 from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
-from sim import hardware, models
+from sim import calibration, hardware, models
 from sim.roofline import BatchSweepParams, sweep_batch
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, plot, provenance,
-                          readout, rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, VERMILION, FigureView, plot,
+                          provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch04-batch-knee"
 TITLE = "Decode step time and throughput against batch size"
@@ -51,6 +53,20 @@ def build() -> FigureView:
                              location="center_right", label_text_font_size="11px"), "center")
     numbers, note = readout(), readout(width=620)
 
+    measured = ColumnDataSource(data={"tokens": [], "measured_ms": [], "low_ms": [], "high_ms": [],
+                                      "model_ms": [], "roofline_ms": []})
+    p_meas = plot("Measured", "tokens in the step (log scale)",
+                  "one layer's 4 GEMMs (ms, log)", x_type="log", y_type="log", width=540, height=260)
+    p_meas.segment("tokens", "low_ms", "tokens", "high_ms", source=measured, color=GREY)
+    dots = p_meas.scatter("tokens", "measured_ms", source=measured, size=7, color=BLUE)
+    fitted = p_meas.line("tokens", "model_ms", source=measured, line_width=2, color=ORANGE)
+    plain = p_meas.line("tokens", "roofline_ms", source=measured, line_width=1.5, color=GREY, line_dash="dashed")
+    p_meas.add_layout(Legend(items=[LegendItem(label="measured (quartiles)", renderers=[dots]),
+                                    LegendItem(label="calibrated model", renderers=[fitted]),
+                                    LegendItem(label="plain roofline", renderers=[plain])],
+                             location="top_left", label_text_font_size="11px"), "center")
+    measured_note = readout(width=300)
+
     def update() -> None:
         r = sweep_batch(BatchSweepParams(model=model.value, gpu=gpu.value, batch=batch.value,
                                          context_tokens=context.value))
@@ -67,13 +83,38 @@ def build() -> FigureView:
             ("knee (dashed)", f"batch {r.knee_batch:,.0f}"),
         ])
         note.object = provenance(f"{models.get(model.value).display_name}, bf16 weights. {r.calibration_note}")
+        show_measured()
+
+    def show_measured() -> None:
+        devices = calibration.recorded_devices()
+        own = [d for d in devices if d.catalogue_key == gpu.value]
+        device = (own or list(devices) or [None])[0]
+        if device is None:
+            measured.data = {k: [] for k in measured.data}
+            measured_note.object = provenance("No kernel trace has been recorded yet.")
+            return
+        recorded = sorted({p.shape.get("model") for p in device.points_of("gemm")})
+        fallback = "llama-3.1-8b" if "llama-3.1-8b" in recorded else recorded[0]
+        name = model.value if model.value in recorded else fallback
+        m = calibration.layer_gemm_measurements(device, name)
+        p_meas.title.text = f"Measured on {m.device}"
+        measured.data = {"tokens": m.tokens, "measured_ms": m.measured_s * 1e3, "low_ms": m.measured_p25_s * 1e3,
+                         "high_ms": m.measured_p75_s * 1e3, "model_ms": m.model_s * 1e3,
+                         "roofline_ms": m.roofline_s * 1e3}
+        where = ("" if own else f"No trace of the {gpu.value} exists, so these points come from another "
+                 f"device; they are not {gpu.value} numbers. ")
+        which = "" if name == model.value else f"{model.value} was not recorded; showing {name}. "
+        measured_note.object = provenance(f"{where}{which}Model: {models.get(name).display_name}, {m.dtype}. "
+                                          f"{m.caption}.")
 
     watch([batch, gpu, model, context], update)
     update()
     layout = pn.Column(
         pn.Row(pn.Column(batch, gpu, model, context, numbers, width=CONTROL_WIDTH + 20),
                pn.pane.Bokeh(p_time), pn.pane.Bokeh(p_rate)),
-        note)
+        note,
+        pn.Row(pn.pane.Bokeh(p_meas), measured_note))
     return FigureView(FIGURE_ID, layout, controls={"batch": batch, "gpu": gpu, "model": model, "context": context},
-                      sources={"curve": curve, "point": point},
-                      readouts={"numbers": numbers, "note": note}, plots=[p_time, p_rate])
+                      sources={"curve": curve, "point": point, "measured": measured},
+                      readouts={"numbers": numbers, "note": note, "measured_note": measured_note},
+                      plots=[p_time, p_rate, p_meas])

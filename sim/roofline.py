@@ -1131,6 +1131,88 @@ def roofline_chart(params: RooflineChartParams = RooflineChartParams(),
 
 
 # --------------------------------------------------------------------------------------------
+# Figure ch03-roofline: measured kernels of a recorded device
+# --------------------------------------------------------------------------------------------
+
+MEASURED_FLOP_KINDS = ("big-gemm", "gemm", "attention-decode", "attention-prefill")  # kernels with FLOPs
+
+
+@dataclass(frozen=True)
+class MeasuredRooflineParams:
+    """A recorded device (a slug of `sim.calibration.recorded_devices()`) and the dtype to show."""
+
+    device: str                         # e.g. "cpu-amd-epyc-7b13-2-threads"
+    dtype: str = "bf16"                 # kernels of this dtype, and the fitted FLOP/s of this dtype
+    intensity_min: float = 0.1          # left end of the x axis, FLOP/byte
+    intensity_max: float = 10_000.0     # right end of the x axis, FLOP/byte
+    points: int = 200                   # samples along the roof
+
+    def __post_init__(self) -> None:
+        check_positive("intensity_min", self.intensity_min)
+        if not self.intensity_max > self.intensity_min:
+            raise ValueError("intensity_max must exceed intensity_min")
+        check_int("points", self.points, minimum=2)
+
+
+@dataclass(frozen=True)
+class MeasuredRooflineResult:
+    """The roof fitted to one recorded device, and its measured kernels placed on it."""
+
+    device: str                         # as recorded, e.g. "AMD EPYC 7B13 (CPU, 2 threads)"
+    device_type: str                    # "cuda" | "cpu"
+    catalogue_key: Optional[str]        # the catalogue GPU it is (never for a CPU)
+    dtype: str
+    measured_dtypes: list               # dtypes the trace has a fitted FLOP/s for
+    intensity_flop_per_byte: np.ndarray     # (points,) x axis
+    fitted_flops_per_s: np.ndarray          # (points,) min(fitted FLOP/s, I x fitted bandwidth)
+    ridge_flop_per_byte: float              # fitted FLOP/s / fitted bandwidth
+    compute_flops_per_s: float              # fitted FLOP/s of `dtype` (largest square GEMMs)
+    bandwidth_bytes_per_s: float            # fitted streaming bandwidth (copy sweep)
+    point_labels: list                      # (n,) kernels of `dtype` that do FLOPs
+    point_kinds: list                       # (n,) "gemm", "big-gemm", "attention-decode", ...
+    point_splits: list                      # (n,) "train" (in the fit) | "heldout"
+    point_intensity_flop_per_byte: np.ndarray   # (n,) FLOPs / minimal bytes
+    point_measured_flops_per_s: np.ndarray      # (n,) FLOPs / measured median time
+    point_model_flops_per_s: np.ndarray         # (n,) FLOPs / the calibrated model's time
+    point_roofline_flops_per_s: np.ndarray      # (n,) FLOPs / the plain roofline's time
+    memory_only_points: int             # copies and elementwise kernels: no FLOPs, so not on this chart
+    caption: str                        # device, date, software, held-out errors
+
+
+def measured_roofline(params: MeasuredRooflineParams, directory=None) -> MeasuredRooflineResult:
+    """The roofline of a recorded device from its own fitted calibration, with its measured kernels.
+
+    Roof: min(F, I x BW) with F the fitted FLOP/s of `dtype` and BW the fitted bandwidth,
+    both measured on that device (no spec sheet is involved, so this works for a CPU).
+    Points: every measured kernel of `dtype` that does FLOPs (GEMMs and attention), at
+    intensity FLOPs / minimal bytes and FLOP/s = FLOPs / time, measured and as the calibrated
+    model and the plain roofline predict it. ValueError lists the devices, or the dtypes the
+    device was measured in.
+    """
+    p = params
+    rec = _calibration.recorded_device(p.device, directory)
+    cal = rec.calibration
+    check_choice("dtype", p.dtype, cal.flops_per_s)
+    f, bw = cal.flops(p.dtype), cal.bandwidth_bytes_per_s
+    grid = np.geomspace(p.intensity_min, p.intensity_max, p.points)
+    pts = [q for q in rec.points if q.kind in MEASURED_FLOP_KINDS and q.dtype == p.dtype and q.flops > 0]
+    flops = np.array([q.flops for q in pts], dtype=float)
+    return MeasuredRooflineResult(
+        device=rec.name, device_type=rec.device_type, catalogue_key=rec.catalogue_key, dtype=p.dtype,
+        measured_dtypes=sorted(cal.flops_per_s), intensity_flop_per_byte=grid,
+        fitted_flops_per_s=np.minimum(f, grid * bw), ridge_flop_per_byte=f / bw,
+        compute_flops_per_s=f, bandwidth_bytes_per_s=bw,
+        point_labels=[q.label for q in pts], point_kinds=[q.kind for q in pts],
+        point_splits=[q.split for q in pts],
+        point_intensity_flop_per_byte=np.array([q.intensity for q in pts], dtype=float),
+        point_measured_flops_per_s=flops / np.array([q.time_s for q in pts], dtype=float),
+        point_model_flops_per_s=flops / np.array([q.model_s for q in pts], dtype=float),
+        point_roofline_flops_per_s=flops / np.array([q.roofline_s for q in pts], dtype=float),
+        memory_only_points=sum(q.kind in ("copy", "elementwise") for q in rec.points),
+        caption=rec.provenance.caption())
+
+
+# --------------------------------------------------------------------------------------------
 # Figure ch04-batch-knee
 # --------------------------------------------------------------------------------------------
 

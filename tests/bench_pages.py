@@ -35,18 +35,23 @@ import build  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 from tests.figures import control_patch  # noqa: E402
 
-MOVE_JS = """async ([id, key, props, sourceKey]) => {
+MOVE_JS = """async ([id, key, props]) => {
+  // Move one control; time until any of the figure's sources or readouts changed, and
+  // until the frame after that was painted.
   const fig = window.__guide.figs.get(id);
-  const root = fig.liveRoot;
-  const models = [root, ...root.references()];
-  const ctl = models.find(m => (m.css_classes || []).includes(`ctl-${key}`));
-  const src = models.find(m => m.name === `src-${id}-${sourceKey}`);
-  const before = src.data;
+  const models = [fig.liveRoot, ...fig.liveRoot.references()];
+  let ctl = models.find(m => (m.css_classes || []).includes(`ctl-${key}`));
+  if (!Object.keys(props).every(a => a in ctl.properties))
+    ctl = [...ctl.references()].find(r => Object.keys(props).every(a => a in r.properties)) || ctl;
+  const shown = models.filter(m => (m.name || '').startsWith(`src-${id}-`) ||
+                                   (m.css_classes || []).some(c => c.startsWith('out-')));
+  const snapshot = () => shown.map(m => 'data' in m.properties ? m.data : m.text);
+  const before = snapshot();
   const t0 = performance.now();
   for (const [attr, value] of Object.entries(props)) ctl[attr] = value;
-  while (src.data === before) {
+  while (snapshot().every((v, i) => v === before[i])) {
     await new Promise(r => setTimeout(r, 1));
-    if (performance.now() - t0 > 20000) return {timeout: true};
+    if (performance.now() - t0 > 10000) return {timeout: true};
   }
   const tData = performance.now();
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -104,14 +109,13 @@ def move_controls(page, figure_id: str, n: int) -> list[dict]:
     key, widget = next(((k, w) for k, w in view.controls.items()
                         if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))),
                        next(iter(view.controls.items())))
-    source_key = next(iter(view.sources))
     lo, hi = widget.start, widget.end
     values = [type(widget.value)(lo + (hi - lo) * ((i * 7) % n + 1) / (n + 1)) for i in range(n)]
     out = []
     for v in values:
         if v == widget.value:
             v = type(widget.value)(hi)
-        r = page.evaluate(MOVE_JS, [figure_id, key, control_patch(figure_id, key, v), source_key])
+        r = page.evaluate(MOVE_JS, [figure_id, key, control_patch(figure_id, key, v)])
         out.append(r)
         widget.value = v
     return out
@@ -125,16 +129,18 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, warm_r
     with build.serving(site, counters=counters) as base, sync_playwright() as p:
         for page_file, figure_ids in pages:
             cold, warm = [], []
-            for _ in range(runs):
+            for i in range(runs):
                 with chromium_context(p) as ctx:
                     cold.append(load_once(ctx, base, page_file, figure_ids, counters, moves))
+                print(f"  {page_file} cold {i + 1}: live at {cold[-1]['live_ms'] / 1e3:.2f} s", flush=True)
             profile = Path(tempfile.mkdtemp(prefix="guide-bench-"))
             try:
                 with chromium_context(p, profile) as ctx:        # the first visit fills the cache
                     load_once(ctx, base, page_file, figure_ids, counters, 0)
-                for _ in range(warm_runs):
+                for i in range(warm_runs):
                     with chromium_context(p, profile) as ctx:
                         warm.append(load_once(ctx, base, page_file, figure_ids, counters, 0))
+                    print(f"  {page_file} warm {i + 1}: live at {warm[-1]['live_ms'] / 1e3:.2f} s", flush=True)
             finally:
                 shutil.rmtree(profile, ignore_errors=True)
             results.append({"page": page_file, "figures": figure_ids, "cold": cold, "warm": warm})
@@ -227,7 +233,7 @@ def main() -> int:
     a = ap.parse_args()
     chapters = build.read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
-    print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}")
+    print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}", flush=True)
     results = bench_site(a.site, pages, a.runs, a.warm_runs, a.moves)
     ok = report(results)
     raw = {"pages": results}

@@ -195,6 +195,7 @@ def test_change_before_live_is_applied_when_live(chromium, server):
     log = attach(page, server)
     try:
         page.goto(server + "ch04-batching.html")
+        page.locator(f'[data-figure="{fid}"]').scroll_into_view_if_needed()   # previews render on sight
         page.wait_for_function("(id) => window.__guide?.figs?.get(id)?.staticRoot", arg=fid, timeout=30000)
         assert page.evaluate(STATE_JS, fid) in ("static", "loading")
         page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", 512)])

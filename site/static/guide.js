@@ -54,6 +54,7 @@ function showError(fig, message) {
 const nextPaint = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
 async function embedPreview(id, fig) {
+  if (fig.live) return;
   const data = JSON.parse(fig.el.querySelector("script.fig-prerender").textContent);
   const target = document.createElement("div");
   target.className = "fig-bokeh";
@@ -149,6 +150,7 @@ async function goLive(msg) {
     targets.push([id, fig, target]);
   }
   if (!targets.length) return;
+  await Promise.all(targets.map(([, fig]) => fig.previewing));   // a preview being drawn finishes first
   // BokehJS renders every root of the document; one without an element of its own would
   // be appended to the page, so any root that is not a figure gets a hidden element.
   const docRoots = Object.values(docs_json)[0].roots.map((r) => r.id);
@@ -173,6 +175,7 @@ async function goLive(msg) {
   }
   await nextPaint();
   for (const [id, fig, target] of targets) {
+    observer.unobserve(fig.el);
     for (const v of fig.staticViews || []) v.remove?.();
     fig.preview.remove();
     target.classList.remove("fig-live");
@@ -234,12 +237,27 @@ function onFatal(message) {
   for (const fig of FIGS.values()) if (!fig.live) showError(fig, message);
 }
 
-// Pre-rendered previews first (they need only BokehJS), then the worker's queued messages.
+// Worker messages, in order (a message waits for the one before it to be handled).
 mark("guide_js");
-await Promise.all([...FIGS].map(([id, fig]) => embedPreview(id, fig).catch((e) => {
-  console.warn(`preview of ${id} not shown: ${e}`);   // the poster stays
-})));
-mark("previews");
+let chain = Promise.resolve();
+const enqueue = (m) => { chain = chain.then(() => onMessage(m)).catch((e) => console.error(e)); };
 const pending = G.queue;
-G.queue = { push: (m) => onMessage(m) };
-for (const m of pending) await onMessage(m);
+G.queue = { push: enqueue };
+for (const m of pending) enqueue(m);
+
+// Interactive previews: a figure in or near the viewport gets its pre-rendered Bokeh
+// document at once, the others when the reader scrolls to them (their posters show
+// meanwhile). Rendering a preview takes main-thread time that loading Python needs too.
+const observer = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    if (!entry.isIntersecting) continue;
+    observer.unobserve(entry.target);
+    const id = entry.target.dataset.figure;
+    const fig = FIGS.get(id);
+    if (fig.live || fig.previewing) continue;
+    fig.previewing = embedPreview(id, fig).catch((e) => {
+      console.warn(`preview of ${id} not shown: ${e}`);   // the poster stays
+    });
+  }
+}, { rootMargin: "150px" });
+for (const fig of FIGS.values()) observer.observe(fig.el);

@@ -358,6 +358,9 @@ def slim(name: str, files: dict[str, bytes]) -> dict[str, bytes]:
             return False
         if name == "bokeh":
             return not (n.startswith("bokeh/server/static/") or n.startswith("bokeh/sampledata/_data"))
+        if name == "numpy":     # Fortran wrapping, C headers and static libraries, type stubs
+            return not (n.startswith(("numpy/f2py/", "numpy/_pyinstaller/", "numpy/_core/include/",
+                                      "numpy/_core/lib/")) or n.endswith((".pyi", ".h", ".a", ".pxd", ".c")))
         if name == "panel":
             if n.startswith("panel/dist/"):
                 return n.startswith(("panel/dist/css/", "panel/dist/assets/"))
@@ -436,7 +439,7 @@ def processed_wheel(key: str, make) -> tuple[str, bytes]:
     return fname, (folder / fname).read_bytes()
 
 
-BUILD_STEPS_VERSION = "3"   # bump when slim/patch/compile change, to invalidate the cache
+BUILD_STEPS_VERSION = "4"   # bump when slim/patch/compile change, to invalidate the cache
 
 
 def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
@@ -454,8 +457,8 @@ def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
 
     for n, (entry, data) in fetch_upstream_wheels(upstream_lock, pyodide_dir).items():
         key = f"{entry['sha256'][:16]}-{BUILD_STEPS_VERSION}"
-        fname, wheel = processed_wheel(key, lambda data=data, entry=entry: (
-            entry["file_name"], compile_sources(read_wheel_bytes(data), keep_source=False)))
+        fname, wheel = processed_wheel(key, lambda n=n, data=data, entry=entry: (
+            entry["file_name"], compile_sources(slim(n, read_wheel_bytes(data)), keep_source=False)))
         (pyo / fname).write_bytes(wheel)
         entry.update(sha256=sha256_bytes(wheel), file_name=fname)
         runtime.entries[n] = entry
@@ -670,7 +673,10 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True)
     common = {"FIGURES": figures, "REFERENCES": references, "vendor": VENDOR,
-              "versions": runtime.versions, "sim": sim_namespace()}
+              "versions": runtime.versions, "sim": sim_namespace(),
+              # loaded by guide.js after the first paint, in this order
+              "bokeh_scripts": [f"{VENDOR}/bokeh/{js}.min.js" for js in BOKEH_JS]
+              + [f"{VENDOR}/panel/{runtime.versions['panel']}/dist/panel.min.js"]}
     cited: dict[str, list[Chapter]] = {}
 
     def write(name: str, html_text: str) -> None:

@@ -218,13 +218,22 @@ def test_standalone_figure_page(chromium, server):
 
 
 @needs_ch04
-def test_failing_python_shows_the_error_state(chromium, site_dir, tmp_path):
-    """A corrupt wheel makes the runtime fail: each figure says so, none is left blank."""
+@pytest.mark.parametrize("damage,expected", [
+    ("wheel", "llm-inference-guide"),           # the guide's wheel no longer matches the lock
+    ("bokehjs", "bokeh.min.js"),                # the figure library is missing
+])
+def test_failing_runtime_shows_the_error_state(chromium, site_dir, tmp_path, damage, expected):
+    """A broken runtime file: each figure says what failed, none is left blank."""
     broken = tmp_path / "site"
     shutil.copytree(site_dir, broken)
-    wheel = next((broken / "vendor/pyodide").glob("llm_inference_guide-*.whl"))
-    with zipfile.ZipFile(wheel, "a") as z:          # the lock's sha256 no longer matches
-        z.writestr("widgets/extra.py", "x = 1\n")
+    if damage == "wheel":
+        wheel = next((broken / "vendor/pyodide").glob("llm_inference_guide-*.whl"))
+        with zipfile.ZipFile(wheel, "a") as z:          # the lock's sha256 no longer matches
+            z.writestr("widgets/extra.py", "x = 1\n")
+        (wheel.parent / (wheel.name + ".gz")).unlink(missing_ok=True)
+    else:
+        for p in (broken / "vendor/bokeh").glob("bokeh.min.js*"):
+            p.unlink()
     with build.serving(broken) as base:
         page = chromium.new_page()
         log = attach(page, base)
@@ -232,7 +241,7 @@ def test_failing_python_shows_the_error_state(chromium, site_dir, tmp_path):
         states = wait_states(page, ["ch04-batch-knee"], timeout_s=180)
         assert states == {"ch04-batch-knee": "error"}
         message = page.locator('[data-figure="ch04-batch-knee"] .fig-error').inner_text()
-        assert "llm-inference-guide" in message or "llm_inference_guide" in message, message
+        assert expected in message or expected.replace("-", "_") in message, message
         # the static preview is still there, not a blank box
         assert page.locator('[data-figure="ch04-batch-knee"] .fig-preview').count() == 1
         assert page.locator('[data-figure="ch04-batch-knee"] .fig-preview').inner_html().strip()

@@ -49,11 +49,30 @@ function showError(fig, message) {
   console.error(`figure ${fig.el.dataset.figure}: ${message}`);
 }
 
+// ------------------------------------------------------------------ BokehJS
+
+// BokehJS and Panel's JS (2.5 MB) are loaded after the first paint, so the posters are on
+// screen before any of it is parsed; previews and the live figures wait for them.
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const el = document.createElement("script");
+    el.src = src;
+    el.async = false;                       // executed in the order they were added
+    el.onload = resolve;
+    el.onerror = () => reject(new Error(`could not load ${src}`));
+    document.head.append(el);
+  });
+}
+const afterPaint = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+const bokehReady = afterPaint().then(() => Promise.all(G.scripts.map(loadScript))).then(() => mark("bokeh"));
+bokehReady.catch((e) => onFatal(`the page's figure library did not load: ${e.message}`));
+
 // ------------------------------------------------------------------ static preview
 
 const nextPaint = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
 
 async function embedPreview(id, fig) {
+  await bokehReady;
   if (fig.live) return;
   const data = JSON.parse(fig.el.querySelector("script.fig-prerender").textContent);
   const target = document.createElement("div");
@@ -132,6 +151,7 @@ function sendChange(event) {
 
 async function goLive(msg) {
   mark("python_rendered", msg.t - performance.timeOrigin);
+  await bokehReady;
   const docs_json = JSON.parse(msg.docs_json);
   const render_items = JSON.parse(msg.render_items);
   for (const [id, message] of Object.entries(msg.errors || {})) {
@@ -217,7 +237,7 @@ async function onMessage(msg) {
   switch (msg.type) {
     case "progress": onProgress(msg); break;
     case "render":
-      try { await goLive(msg); } catch (e) { onFatal(`could not show the live figures: ${e}`); }
+      try { await goLive(msg); } catch (e) { onFatal(`could not show the live figures: ${e.message || e}`); }
       break;
     case "patch":
       try { patching += 1; jsdoc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }

@@ -30,13 +30,11 @@ window.__states = {};
 new MutationObserver((records) => {
   for (const r of records) {
     const el = r.target;
-    if (el.dataset && el.dataset.figure) (window.__states[el.dataset.figure] ||= []).push(el.dataset.state);
+    if (!(el.dataset && el.dataset.figure)) continue;
+    // every state a figure leaves (the first: the state the page was served with)
+    (window.__states[el.dataset.figure] ||= []).push(r.oldValue);
   }
-}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-state']});
-document.addEventListener('DOMContentLoaded', () => {
-  for (const el of document.querySelectorAll('[data-figure]'))
-    (window.__states[el.dataset.figure] ||= []).unshift(el.dataset.state);
-});
+}).observe(document, {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ['data-state']});
 """
 
 
@@ -70,7 +68,8 @@ def test_page_goes_live_offline(chromium, server, page_file, figure_ids):
         assert states == {f: "live" for f in figure_ids}, states
         seen = page.evaluate("window.__states")
         for fid in figure_ids:
-            trail = [s for i, s in enumerate(seen[fid]) if i == 0 or s != seen[fid][i - 1]]
+            states = seen[fid] + [page.evaluate(STATE_JS, fid)]
+            trail = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
             assert trail[0] == "static" and trail[-1] == "live" and "loading" in trail, (fid, trail)
             # the live figure shows exactly what CPython computes for the default controls
             wait_equal(page, fid, cpython_state(fid), timeout_s=5)

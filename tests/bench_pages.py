@@ -95,27 +95,36 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
         "off_site": log.off_site(),
     }
     if moves:
-        res["moves"] = move_controls(page, figure_ids[0], moves)
+        res["moves"] = move_controls(page, figure_ids, moves)
     page.close()
     return res
 
 
-def move_controls(page, figure_id: str, n: int) -> list[dict]:
-    """Move the figure's first slider (or first control) n times; time each redraw."""
+def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
+    """Move a control n times (the first slider of the page's figures, else the first
+    menu, cycling through its options); time each redraw."""
     import panel as pn
 
     import widgets
-    view = widgets.build(figure_id)
-    key, widget = next(((k, w) for k, w in view.controls.items()
-                        if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))),
-                       next(iter(view.controls.items())))
-    lo, hi = widget.start, widget.end
-    values = [type(widget.value)(lo + (hi - lo) * ((i * 7) % n + 1) / (n + 1)) for i in range(n)]
+    views = [(fid, widgets.build(fid)) for fid in figure_ids]
+    sliders = [(fid, k, w) for fid, v in views for k, w in v.controls.items()
+               if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
+    menus = [(fid, k, w) for fid, v in views for k, w in v.controls.items() if isinstance(w, pn.widgets.Select)]
+    figure_id, key, widget = (sliders or menus)[0]
+    if sliders:
+        lo, hi = widget.start, widget.end
+        values = [type(widget.value)(lo + (hi - lo) * ((i * 7) % n + 1) / (n + 1)) for i in range(n)]
+    else:
+        opts = list(widget.options.values()) if isinstance(widget.options, dict) else list(widget.options)
+        values = [opts[(opts.index(widget.value) + 1 + i) % len(opts)] for i in range(n)]
     out = []
     for v in values:
         if v == widget.value:
-            v = type(widget.value)(hi)
+            v = values[0] if values[0] != widget.value else (type(widget.value)(widget.end) if sliders else v)
+        if v == widget.value:
+            continue
         r = page.evaluate(MOVE_JS, [figure_id, key, control_patch(figure_id, key, v)])
+        r["control"] = f"{figure_id}.{key}"
         out.append(r)
         widget.value = v
     return out

@@ -1,8 +1,10 @@
-"""Every figure's simulation: one call, plot-ready fields, fast enough for the browser."""
+"""Every figure's simulation: one call, plot-ready fields, deterministic.
+
+(Their speed is measured by tests/bench_sims.py, which prints timings; it is not asserted here.)
+"""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -34,21 +36,6 @@ def test_figure_returns_a_plot_ready_result(figure):
     assert dataclasses.is_dataclass(result)
     for f in dataclasses.fields(result):
         assert _plot_ready(getattr(result, f.name)), f"{figure}: field {f.name} is not plot-ready"
-
-
-@pytest.mark.parametrize("figure", sorted(FIGURES))
-def test_figure_is_fast(figure):
-    # budget: ~10 ms native for the default inputs (the browser runs 3-5x slower); the assertion
-    # leaves room for a slow, shared test machine
-    sim = FIGURES[figure]
-    params = sim.params()
-    sim.compute(params)
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        sim.compute(params)
-        times.append(time.perf_counter() - t)
-    assert sorted(times)[2] < 0.030, f"{figure}: median {sorted(times)[2] * 1e3:.1f} ms"
 
 
 def test_figures_are_deterministic():

@@ -179,8 +179,7 @@ def write_wheel(dst: Path, files: dict[str, bytes]) -> None:
 
 
 def read_wheel(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as z:
-        return {i.filename: z.read(i.filename) for i in z.infolist() if not i.is_dir()}
+    return read_wheel_bytes(path.read_bytes())
 
 
 def compile_sources(files: dict[str, bytes], keep_source: bool) -> dict[str, bytes]:
@@ -306,24 +305,19 @@ def fetch_pure_wheels() -> list[Path]:
     """The hash-pinned pure wheels from PyPI (pip verifies each against BROWSER_PINS)."""
     dl = CACHE / "pure"
     dl.mkdir(parents=True, exist_ok=True)
-    pins = [line.split()[0] for line in BROWSER_PINS.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
-    wanted = {canonical(p.split("==")[0]): p.split("==")[1] for p in pins}
+    # name -> (version, sha256), from lines "name==version --hash=sha256:..."
+    wanted = {canonical(n): (v, h) for n, v, h in re.findall(
+        r"^(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})", BROWSER_PINS.read_text(), re.M)}
     have = {canonical(w.name.split("-")[0]): w for w in dl.glob("*.whl")}
-    if any(n not in have or f"-{v}-" not in have[n].name for n, v in wanted.items()):
+    if any(n not in have or f"-{v}-" not in have[n].name for n, (v, _) in wanted.items()):
         run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
             "--python-version", "3.12", "--implementation", "py", "--abi", "none", "--platform", "any",
             "--require-hashes", "-r", BROWSER_PINS, "-d", dl, env=dict(os.environ, PIP_CONSTRAINT=""))
         have = {canonical(w.name.split("-")[0]): w for w in dl.glob("*.whl")}
     # pip checked the hashes when it downloaded; a cached file is checked again here
-    hashes = dict(re.findall(r"^(\S+)==\S+ --hash=sha256:([0-9a-f]{64})", BROWSER_PINS.read_text(), re.M))
-    paths = []
-    for n, v in sorted(wanted.items()):
-        w = have[n]
-        want = next(h for k, h in hashes.items() if canonical(k) == n)
-        check_hash(w.read_bytes(), want, w.name)
-        paths.append(w)
-    return paths
+    for n, (_, digest) in sorted(wanted.items()):
+        check_hash(have[n].read_bytes(), digest, have[n].name)
+    return [have[n] for n in sorted(wanted)]
 
 
 def pure_wheel_from_sdist(name: str) -> tuple[str, dict[str, bytes]]:

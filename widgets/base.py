@@ -54,19 +54,6 @@ class FigureView:
         for key, pane in self.readouts.items():
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
 
-    def state(self) -> dict[str, Any]:
-        """Everything the figure shows, as plain Python: the data the tests compare."""
-        return {
-            "sources": {k: {c: list(map(_plain, v)) for c, v in s.data.items()}
-                        for k, s in self.sources.items()},
-            "readouts": {k: p.object for k, p in self.readouts.items()},
-        }
-
-
-def _plain(x: Any) -> Any:
-    """numpy scalars -> Python numbers (for comparisons and JSON)."""
-    return x.item() if hasattr(x, "item") else x
-
 
 def plot(title: str, x_label: str, y_label: str, *, width: int = PLOT_WIDTH,
          height: int = PLOT_HEIGHT, x_type: str = "auto", y_type: str = "auto",

@@ -196,6 +196,15 @@ def finite(*arrs) -> np.ndarray:
     return m
 
 
+def rect_svg(x0, x1, y0, y1, st: str) -> list[str]:
+    """An SVG rect between two pixel corners (nothing when a corner is not finite)."""
+    x0, x1, y0, y1 = (float(np.asarray(v).ravel()[0]) for v in (x0, x1, y0, y1))
+    if not all(map(math.isfinite, (x0, x1, y0, y1))):
+        return []
+    return [f'<rect x="{min(x0, x1):.1f}" y="{min(y0, y1):.1f}" width="{abs(x1-x0):.1f}" '
+            f'height="{abs(y1-y0):.1f}" {st}/>']
+
+
 def draw_glyph(r: GlyphRenderer, X: Axis1D, Y: Axis1D) -> list[str]:
     g, data = r.glyph, dict(r.data_source.data)
     n = len(next(iter(data.values()), []))
@@ -255,17 +264,11 @@ def draw_glyph(r: GlyphRenderer, X: Axis1D, Y: Axis1D) -> list[str]:
                 else:
                     y0, y1 = Y(float(b[2]) - float(b[3]) / 2), Y(float(b[2]) + float(b[3]) / 2)
                 x0, x1 = X(b[4]), X(b[5])
-            x0, x1, y0, y1 = (float(np.asarray(v).ravel()[0]) for v in (x0, x1, y0, y1))
-            if all(map(math.isfinite, (x0, x1, y0, y1))):
-                out.append(f'<rect x="{min(x0, x1):.1f}" y="{min(y0, y1):.1f}" width="{abs(x1-x0):.1f}" '
-                           f'height="{abs(y1-y0):.1f}" {style(g, "both", i, data, n)}/>')
+            out += rect_svg(x0, x1, y0, y1, style(g, "both", i, data, n))
         if isinstance(g, Quad):
             L, R, T, B = (spec(g, k, data, n) for k in ("left", "right", "top", "bottom"))
             for i in range(n):
-                x0, x1, y0, y1 = float(X(L[i])[0]), float(X(R[i])[0]), float(Y(B[i])[0]), float(Y(T[i])[0])
-                if all(map(math.isfinite, (x0, x1, y0, y1))):
-                    out.append(f'<rect x="{min(x0, x1):.1f}" y="{min(y0, y1):.1f}" width="{abs(x1-x0):.1f}" '
-                               f'height="{abs(y1-y0):.1f}" {style(g, "both", i, data, n)}/>')
+                out += rect_svg(X(L[i]), X(R[i]), Y(B[i]), Y(T[i]), style(g, "both", i, data, n))
         if isinstance(g, Rect):
             xc, yc = spec(g, "x", data, n), spec(g, "y", data, n)
             w, h = spec(g, "width", data, n), spec(g, "height", data, n)
@@ -332,8 +335,6 @@ def glyph_values(r: GlyphRenderer, axis: str) -> list[np.ndarray]:
         except (TypeError, ValueError):
             continue
         out.append(arr)
-    if isinstance(g, (VBar,)) and axis == "y" and not any(hasattr(g, "bottom") and g.bottom for _ in [0]):
-        out.append(np.array([0.0]))
     return out
 
 

@@ -37,7 +37,6 @@ class PageSession:
         self.doc = state.curdoc
         self.roots: dict[str, str] = {}     # figure id -> Bokeh root model id
         self.errors: dict[str, str] = {}    # figure id -> error text
-        self.views = {}
         for fid in figure_ids:
             try:
                 view = widgets.build(fid)
@@ -48,7 +47,6 @@ class PageSession:
                 if len(new) != 1:
                     raise RuntimeError(f"figure {fid} added {len(new)} roots to the document, expected 1")
                 self.roots[fid] = new[0]
-                self.views[fid] = view
             except Exception as exc:   # one broken figure must not take the page down
                 self.errors[fid] = _error_text(exc)
 

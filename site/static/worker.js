@@ -26,15 +26,13 @@ async function start(figures) {
   progress("runtime", 0, 1);
   // The guide's wheel depends on everything the figures import, so one call loads it all.
   // Its wheels are fetched (into the HTTP cache) while Pyodide boots, which is CPU-bound.
-  const lockPromise = fetch(ROOT + "vendor/pyodide/pyodide-lock.json").then((r) => r.json());
-  lockPromise.then((lock) => {
-    for (const name of closure(lock.packages, ["llm-inference-guide"])) {
-      fetch(ROOT + "vendor/pyodide/" + lock.packages[name].file_name, { priority: "low" }).catch(() => {});
-    }
+  const wheels = fetch(ROOT + "vendor/pyodide/pyodide-lock.json").then((r) => r.json())
+    .then((lock) => closure(lock.packages, ["llm-inference-guide"]).map((n) => lock.packages[n].file_name));
+  wheels.then((files) => {
+    for (const file of files) fetch(ROOT + "vendor/pyodide/" + file, { priority: "low" }).catch(() => {});
   }).catch(() => {});
   pyodide = await loadPyodide({ indexURL: ROOT + "vendor/pyodide/", fullStdLib: false });
-  const lock = await lockPromise;
-  const total = closure(lock.packages, ["llm-inference-guide"]).length;
+  const total = (await wheels).length;
   let loaded = 0;
   progress("packages", 0, total);
   await pyodide.loadPackage(["llm-inference-guide"], {

@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration, for_gpu
-from sim.checks import check_int, check_positive
+from sim.checks import check_int, check_positive, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.dtypes import bytes_per_elem
@@ -92,6 +92,7 @@ def attention_flops(seq_len, head_dim: int):
     return 4.0 * n * n * head_dim
 
 
+@checked_params
 @dataclass(frozen=True)
 class FlashParams:
     """Controls of the FlashAttention figure."""
@@ -236,6 +237,7 @@ def attention_tiled(q, k, v, tile: int = 64) -> np.ndarray:
 # FlashDecoding: split the KV sequence across SMs
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class SplitKVParams:
     """A decode step's attention for one layer, split over the KV length."""

@@ -82,3 +82,110 @@ def check_choice(name: str, value: object, choices: Iterable[str], plural: str |
     if value not in options:
         raise ValueError(f"unknown {name} {value!r}; valid {plural or name + 's'}: {', '.join(map(str, options))}")
     return value  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- parameter ranges
+
+# Upper bounds of the simulations' parameters, by field name: what a real deployment could
+# have, with headroom. A `...Params` class decorated with `@checked_params` checks each of
+# its fields named here (and each entry of a tuple-valued one) against its bound before its
+# own checks run, so an absurd magnitude (1e300 tokens) is refused with the field's name
+# instead of overflowing or exhausting memory. A class may declare tighter bounds for its
+# own fields in a class attribute `LIMITS` of the same form. Lower bounds stay with each class.
+CONTEXT_MAX = 2 ** 24        # 16,777,216 tokens: above the longest context any model states (10M)
+OUTPUT_MAX = 2 ** 20         # 1,048,576 generated tokens per request
+BATCH_MAX = 2 ** 16          # 65,536 sequences at once (vLLM's default max_num_seqs is 256-1024)
+GRID_MAX = 4096              # samples along a plotted curve
+SEED_MAX = 2 ** 32 - 1
+LIMITS: dict[str, tuple[float, str]] = {
+    # tokens
+    "context_tokens": (CONTEXT_MAX, "tokens"), "prompt_tokens": (CONTEXT_MAX, "tokens"),
+    "seq_len": (CONTEXT_MAX, "tokens"), "min_seq_len": (CONTEXT_MAX, "tokens"),
+    "max_seq_len": (CONTEXT_MAX, "tokens"), "long_prompt_tokens": (CONTEXT_MAX, "tokens"),
+    "kv_capacity_tokens": (2 ** 32, "tokens"), "token_budget": (CONTEXT_MAX, "tokens"),
+    "prompt_tokens_min": (CONTEXT_MAX, "tokens"), "prompt_tokens_max": (CONTEXT_MAX, "tokens"),
+    "median_tokens": (CONTEXT_MAX, "tokens"),
+    "output_tokens": (OUTPUT_MAX, "tokens"), "output_tokens_min": (OUTPUT_MAX, "tokens"),
+    "output_tokens_max": (OUTPUT_MAX, "tokens"),
+    # sequences, devices, steps
+    "batch": (BATCH_MAX, "sequences"), "max_batch": (BATCH_MAX, "sequences"),
+    "users": (BATCH_MAX, "sequences"), "concurrent_users": (BATCH_MAX, "sequences"),
+    "requests": (BATCH_MAX, "requests"), "gpus_per_node": (1024, "GPUs"),
+    "data_parallel": (4096, "replicas"), "max_gpus": (2 ** 20, "GPUs"),
+    "steps": (100_000, "steps"), "max_steps": (10_000_000, "steps"),
+    # shapes
+    "tile": (2 ** 16, "rows"), "head_dim": (4096, "elements"), "heads": (2 ** 20, "heads"),
+    "block_size": (2 ** 16, "tokens"), "max_splits": (2 ** 16, "splits"),
+    "quant_group_size": (2 ** 16, "weights"), "group_size": (2 ** 16, "weights"),
+    "top_k": (2 ** 20, "tokens (larger than any vocabulary)"),
+    "grid_points": (GRID_MAX, "points"), "points": (GRID_MAX, "points"),
+    "seed": (SEED_MAX, ""),
+    # continuous quantities
+    "mean_interarrival_s": (86_400.0, "s"), "long_prompt_arrival_s": (86_400.0, "s"),
+    "logits": (1e4, ""), "temperature": (1000.0, ""), "outlier_scale": (1e6, ""), "std": (1e6, ""),
+    "intensity_min": (1e9, "FLOP/byte"), "intensity_max": (1e9, "FLOP/byte"),
+    "budget_bytes": (2.0 ** 50, "bytes"), "weight_bytes_per_elem": (16.0, "bytes"),
+}
+
+
+def _annotation(tp: object) -> str:
+    return tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
+
+
+def _int_kind(tp: object) -> str:
+    """'int' for an int field, 'ints' for a tuple of ints, '' otherwise (from the annotation)."""
+    a = _annotation(tp).replace(" ", "")
+    if a in ("int", "Optional[int]", "int|None", "None|int"):
+        return "int"
+    if a in ("tuple[int,...]", "Tuple[int,...]"):
+        return "ints"
+    return ""
+
+
+def _whole(value: object) -> object:
+    """A whole-number float or numpy scalar as an int (4.0 -> 4); anything else unchanged."""
+    if isinstance(value, bool) or not _is_number(value):
+        return value
+    f = float(value)  # type: ignore[arg-type]
+    return int(f) if math.isfinite(f) and f == int(f) and abs(f) < 2 ** 63 else value
+
+
+def check_limit(name: str, value: object, limits: dict | None = None) -> None:
+    """ValueError if a number exceeds the upper bound of the parameter `name` in `limits`
+    (a class's own) or else in LIMITS."""
+    bound = (limits or {}).get(name) or LIMITS.get(name)
+    if bound is None or isinstance(value, bool) or not _is_number(value):
+        return
+    high, unit = bound
+    f = float(value)  # type: ignore[arg-type]
+    if f > high:
+        raise ValueError(f"{name} must be <= {high:,.0f}{' ' + unit if unit else ''}, got {value!r}")
+    if f < -high:       # no field goes below minus its bound
+        raise ValueError(f"{name} must be >= {-high:,.0f}{' ' + unit if unit else ''}, got {value!r}")
+
+
+def checked_params(cls):
+    """Class decorator for a frozen `...Params` dataclass: before the class's own checks,
+    whole-number floats in int fields become ints (k=4.0 -> 4; 2.5 is left for check_int
+    to refuse) and every field named in LIMITS is checked against its upper bound."""
+    import dataclasses
+
+    own = cls.__dict__.get("__post_init__")
+    limits = cls.__dict__.get("LIMITS", {})
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), _int_kind(f.type)
+            if kind == "int":
+                value = _whole(value)
+            elif kind == "ints" and isinstance(value, (tuple, list)):
+                value = tuple(_whole(v) for v in value)
+            if value is not getattr(self, f.name):
+                object.__setattr__(self, f.name, value)
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                check_limit(f.name, v, limits)
+        if own is not None:
+            own(self)
+
+    cls.__post_init__ = __post_init__
+    return cls

@@ -19,7 +19,7 @@ from typing import Optional, Union
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range
+from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
 from sim.models import ModelConfig, weight_bytes
@@ -98,6 +98,7 @@ def sequences_that_fit(budget_bytes: float, model: Union[str, ModelConfig], cont
 # Figure ch06-kv-size
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class KVSizeParams:
     """Controls of the KV-size figure."""
@@ -163,6 +164,7 @@ def kv_size(params: KVSizeParams = KVSizeParams()) -> KVSizeResult:
 # Figure ch06-kv-budget
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class KVBudgetParams:
     """Controls of the KV-budget figure."""

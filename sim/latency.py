@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_int, check_non_negative, check_positive
+from sim.checks import check_int, check_non_negative, check_positive, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.roofline import Batch, Precision, StepCost, attention_share_of_prefill, forward_pass
@@ -88,6 +88,7 @@ PRESETS: dict = {
 }
 
 
+@checked_params
 @dataclass(frozen=True)
 class LatencyParams:
     """Controls of the latency figure; explicit lengths override the preset's."""

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from sim.checks import check_int, check_positive, check_range
+from sim.checks import check_int, check_positive, check_range, checked_params
 
 DEFAULT_BLOCK_SIZE = 16   # R6: vLLM's default block size
 
@@ -286,18 +286,24 @@ def short_hash(h: Optional[int]) -> str:
 # Figure ch07-paging: requests A-D sharing a system prompt
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class PagingParams:
     """Controls of the paging stepper."""
 
     system_prompt_tokens: int = 40          # shared by every request
-    user_tokens: tuple = (12, 23, 7, 18)    # per request A, B, C, D: tokens after the system prompt
-    output_tokens: tuple = (6, 9, 4, 7)     # per request: tokens generated (the first comes from prefill)
-    arrival_round: tuple = (0, 1, 2, -1)    # per request: round it arrives in; -1: after the first finish
+    user_tokens: tuple[int, ...] = (12, 23, 7, 18)  # per request A, B, C, D: tokens after the system prompt
+    output_tokens: tuple[int, ...] = (6, 9, 4, 7)   # per request: tokens generated (the first from prefill)
+    arrival_round: tuple[int, ...] = (0, 1, 2, -1)  # per request: round it arrives in; -1: after the first finish
     block_size: int = DEFAULT_BLOCK_SIZE
     num_blocks: int = 24
     prefix_caching: bool = True
     seed: int = 0                           # draws the token ids of user turns and outputs
+
+    # a step-by-step picture of a few blocks: every step is a frame of its own
+    LIMITS = {"system_prompt_tokens": (4096, "tokens"), "user_tokens": (4096, "tokens"),
+              "output_tokens": (4096, "tokens"), "arrival_round": (4096, "rounds"),
+              "num_blocks": (4096, "blocks")}
 
     def __post_init__(self) -> None:
         check_int("system_prompt_tokens", self.system_prompt_tokens, minimum=0)
@@ -512,6 +518,7 @@ def compare_prefix_caching(params: PagingParams = PagingParams()) -> PrefixCachi
 # Contiguous reservation vs paging
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class WasteParams:
     """A batch of requests whose final lengths are unknown when they start."""

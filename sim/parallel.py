@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration, for_gpu
-from sim.checks import check_int, check_non_negative, check_positive, check_range
+from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
@@ -51,6 +51,7 @@ def allreduce_time_s(message_bytes: float, tp: int, link_bytes_per_s: float,
     return latency_s + 2.0 * (tp - 1) / tp * message_bytes / link_bytes_per_s
 
 
+@checked_params
 @dataclass(frozen=True)
 class ParallelParams:
     """Controls of the multi-GPU figure."""

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.checks import check_int
+from sim.checks import check_int, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.models import parameter_breakdown
 from sim.models import resolve as resolve_model
 
 
+@checked_params
 @dataclass(frozen=True)
 class PipelineParams:
     """Controls of the pipeline stepper."""

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration, for_gpu
-from sim.checks import check_int, check_range
+from sim.checks import check_int, check_range, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.roofline import Batch, Precision, forward_pass
@@ -110,6 +110,7 @@ def bytes_per_weight(variant: str, quant_group_size: int = 128, scale_bytes: flo
     return 0.5 * (0.5 + scale_bytes / quant_group_size) + meta
 
 
+@checked_params
 @dataclass(frozen=True)
 class PruningParams:
     """Controls of the pruning figure."""

@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range
+from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range, checked_params
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ def representable_values(fmt: str) -> np.ndarray:
 # Quantizing tensors
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class QuantScheme:
     """How a tensor is quantized."""
@@ -303,6 +304,7 @@ def inject_outliers(w, fraction: float = 0.01, scale: float = 20.0, seed: int = 
 # Figure ch10-quant
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class QuantDemoParams:
     """Controls of the quantization figure."""

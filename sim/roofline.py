@@ -47,7 +47,7 @@ import numpy as np
 
 from sim import calibration as _calibration
 from sim.calibration import Calibration
-from sim.checks import check_choice, check_int, check_positive
+from sim.checks import check_choice, check_int, check_positive, checked_params
 from sim.dtypes import DTYPE_BYTES, arithmetic_dtype, bytes_per_elem
 from sim.hardware import GPU
 from sim.hardware import resolve as resolve_gpu
@@ -68,6 +68,7 @@ MODEL_LEVEL_OPS = ("embed", "final_norm", "lm_head", "sampling")   # once per fo
 # Inputs: precision and batch shape
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class Precision:
     """Number formats of one deployment."""
@@ -863,6 +864,7 @@ def decode_ceiling(model: ModelLike, gpu: GpuLike, dtype: str = "bf16") -> Decod
 # Figure ch00-decode-meter
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class DecodeMeterParams:
     """Controls of the decode meter: step through decode passes."""
@@ -954,6 +956,7 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
 # Figure ch02-phases
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class PhaseParams:
     """Controls of the two-phases figure."""
@@ -1029,6 +1032,7 @@ def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calib
 # Figure ch03-roofline
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class RooflineChartParams:
     """Controls of the roofline chart."""
@@ -1137,6 +1141,7 @@ def roofline_chart(params: RooflineChartParams = RooflineChartParams(),
 MEASURED_FLOP_KINDS = ("big-gemm", "gemm", "attention-decode", "attention-prefill")  # kernels with FLOPs
 
 
+@checked_params
 @dataclass(frozen=True)
 class MeasuredRooflineParams:
     """A recorded device (a slug of `sim.calibration.recorded_devices()`) and the dtype to show."""
@@ -1216,6 +1221,7 @@ def measured_roofline(params: MeasuredRooflineParams, directory=None) -> Measure
 # Figure ch04-batch-knee
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class BatchSweepParams:
     """Controls of the batch-knee figure."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.checks import check_int, check_non_negative, check_range
+from sim.checks import check_int, check_non_negative, check_range, checked_params
 
 
 def _logits(x) -> np.ndarray:
@@ -106,6 +106,7 @@ DEFAULT_LABELS = ("mat", "floor", "sofa", "bed", "roof", "chair", "rug", "keyboa
 DEFAULT_LOGITS = (5.0, 3.9, 3.5, 3.2, 2.4, 2.2, 1.8, 1.1, -0.5, -1.5)   # illustrative next-token logits
 
 
+@checked_params
 @dataclass(frozen=True)
 class SamplingParams:
     """Controls of the sampler: a small logits vector, temperature, top-k and top-p."""

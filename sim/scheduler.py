@@ -45,7 +45,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_choice, check_int, check_non_negative
+from sim.checks import check_choice, check_int, check_non_negative, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.kv import VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token
 from sim.models import resolve as resolve_model
@@ -73,6 +73,7 @@ class RequestSpec:
         check_int("output_tokens", self.output_tokens, minimum=1)
 
 
+@checked_params
 @dataclass(frozen=True)
 class RequestMixParams:
     """A seeded random workload: Poisson arrivals, log-uniform prompt and output lengths."""
@@ -127,6 +128,7 @@ def long_prompt_request(arrival_s: float = 0.05, prompt_tokens: int = 8000, outp
     return RequestSpec(name, arrival_s, prompt_tokens, output_tokens)
 
 
+@checked_params
 @dataclass(frozen=True)
 class SchedulerParams:
     """Controls of the scheduler figure."""

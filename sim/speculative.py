@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_int, check_range
+from sim.checks import check_int, check_range, checked_params
 from sim.models import CATALOGUE as MODEL_CATALOGUE
 from sim.models import resolve as resolve_model
 from sim.roofline import Precision, StepCost, batch_grid
@@ -117,6 +117,7 @@ def rejection_sample(target, draft, rng: np.random.Generator) -> tuple:
     return int(rng.choice(len(p), p=residual / residual.sum())), x, False
 
 
+@checked_params
 @dataclass(frozen=True)
 class RejectionParams:
     """A target and a draft distribution over a small vocabulary, and a sample count."""
@@ -184,6 +185,7 @@ def demonstrate_rejection_sampling(params: RejectionParams = RejectionParams()) 
 # Monte-Carlo rounds
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class RoundsParams:
     """A run of speculative rounds with a fixed per-token acceptance probability."""
@@ -236,6 +238,7 @@ def simulate_rounds(params: RoundsParams = RoundsParams()) -> RoundsResult:
 # Speedup vs batch size
 # --------------------------------------------------------------------------------------------
 
+@checked_params
 @dataclass(frozen=True)
 class SpeedupParams:
     """Controls of the speedup-vs-batch curve."""

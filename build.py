@@ -161,6 +161,8 @@ def download(dest: Path, *cmd, **kw) -> None:
     """Run a download command `cmd` (its output folder given as "{dir}") into a private
     folder, then move what it wrote into `dest` by renames: a file in `dest` is always whole."""
     dest.mkdir(parents=True, exist_ok=True)
+    for stale in dest.glob(".download-*"):      # a killed build's (the cache lock is held)
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=dest))
     try:
         run(*(str(tmp) if c == "{dir}" else c for c in cmd), **kw)

@@ -331,6 +331,18 @@ def test_the_cache_lock_excludes_a_second_holder(tmp_path):
         holder.wait()
 
 
+def test_downloads_land_whole_or_not_at_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "log", lambda *a: None)
+    writer = "import sys, pathlib; pathlib.Path(sys.argv[1], 'pkg.whl').write_bytes(b'whole'); sys.exit(int(sys.argv[2]))"
+    (tmp_path / ".download-stale").mkdir()                 # left by a killed build
+    build.download(tmp_path, sys.executable, "-c", writer, "{dir}", "0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pkg.whl"]
+    (tmp_path / "pkg.whl").unlink()
+    with pytest.raises(build.BuildError, match="command failed"):
+        build.download(tmp_path, sys.executable, "-c", writer.replace("whole", "half"), "{dir}", "1")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cache_files_are_written_under_unique_names(tmp_path):
     names = set()
     real_replace = os.replace

@@ -895,6 +895,8 @@ def verify_site(out: Path) -> list[str]:
             problems.append(f"{name}: missing")
         elif p.stat().st_size != size or sha256_file(p) != digest:
             problems.append(f"{name}: differs from the build (sha256 or size changed)")
+        elif name.endswith(".whl") and wheel_problem(p.read_bytes()):
+            problems.append(f"{name}: {wheel_problem(p.read_bytes())}")
     for p in out.rglob("*"):
         if p.is_file() and p.name != "MANIFEST.json" and p.relative_to(out).as_posix() not in manifest:
             problems.append(f"{p.relative_to(out).as_posix()}: not part of the build")

@@ -145,6 +145,16 @@ def test_shipped_wheels_must_match_the_lock_and_unzip(tmp_path):
         build.check_shipped_wheels(staging)
 
 
+def test_verify_reports_a_wheel_that_does_not_unzip(tmp_path):
+    """A site built (by an older build) with a corrupt wheel listed in its manifest fails --verify."""
+    staging = shipped_site(tmp_path, tiny_wheel())
+    whl = staging / build.PYO / "tiny-1.0-py3-none-any.whl"
+    whl.write_bytes(whl.read_bytes()[:-40])
+    build.write_manifest(staging)
+    assert build.verify_site(staging) == [f"{build.PYO}/tiny-1.0-py3-none-any.whl: not a readable zip "
+                                          f"(File is not a zip file)"]
+
+
 def test_corrupt_processed_wheels_never_ship(tmp_path):
     """A flipped byte in the processed packaging (pure) and numpy (wasm) wheels, and a
     truncated param wheel: the build rebuilds each from the verified upstream bytes, says

@@ -773,11 +773,16 @@ def sim_namespace():
 
 
 def template_line(exc: BaseException) -> int | None:
-    """The line of the chapter template (jinja's "<template>" frame) where `exc` was raised."""
+    """The line of the chapter template where `exc` was raised: a syntax error's own, or
+    that of the innermost frame jinja maps to the template ("<template>")."""
     import traceback
 
+    import jinja2
+
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return exc.lineno
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<template>"]
-    return getattr(exc, "lineno", None) or (lines[-1] if lines else None)
+    return lines[-1] if lines else None
 
 
 def render_body(env, c: Chapter, common: dict) -> str:
@@ -967,8 +972,12 @@ def swap_into_place(staging: Path, out: Path) -> None:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         try:
             out.rename(old)
-            fault_point("between-renames")
-            staging.rename(out)
+            try:
+                fault_point("between-renames")
+                staging.rename(out)
+            except OSError:
+                old.rename(out)
+                raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         staging = old

@@ -204,6 +204,17 @@ def test_swap_exchanges_the_folders(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
 
 
+@pytest.mark.parametrize("can_exchange", [True, False])
+def test_a_failed_swap_leaves_the_old_site(tmp_path, monkeypatch, can_exchange):
+    if not can_exchange:
+        monkeypatch.setattr(build, "exchange", lambda a, b: False)
+    out = site_with(tmp_path / "site", "old")
+    with pytest.raises(OSError):
+        build.swap_into_place(tmp_path / "site.tmp-1-gone", out)
+    assert (out / "index.html").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
 def test_swap_by_renames_survives_a_leftover_old_folder_it_cannot_delete(tmp_path, monkeypatch, capsys):
     """Item 5: a `site.old` that cannot be deleted used to fail every later build."""
     monkeypatch.setattr(build, "exchange", lambda a, b: False)

@@ -30,6 +30,8 @@ GiB = 2 ** 30
 ATTENTION_KINDS = ("model", "mha", "gqa", "mqa")
 GQA_KV_HEADS = 8                    # R15: GQA with 8 KV heads (groups) stays close to MHA quality
 VLLM_GPU_MEMORY_UTILIZATION = 0.9   # vLLM engine argument gpu_memory_utilization, default 0.9 (vLLM docs)
+ACTIVATION_RESERVE_BYTES = 2 * GiB  # assumed: activation peak, workspaces and CUDA graphs kept out of the KV budget
+                                    # (vLLM measures its own with a profiling forward pass; 2 GiB is the guide's stand-in)
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int = 1,
@@ -171,7 +173,8 @@ class KVBudgetParams:
     gpu: str = "H100-SXM"
     context_tokens: int = 4096          # tokens per sequence
     memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION  # share of device memory the engine may use
-    budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights
+    reserve_bytes: float = ACTIVATION_RESERVE_BYTES  # kept for activations and workspaces, not the cache
+    budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights - reserve
     precision: Precision = Precision()
     block_size: int = 16                # R6: vLLM's default block size
     grid_points: int = 48               # batch sizes on the step-time curve
@@ -180,6 +183,7 @@ class KVBudgetParams:
     def __post_init__(self) -> None:
         check_int("context_tokens", self.context_tokens, minimum=1)
         check_range("memory_utilisation", self.memory_utilisation, 0.0, 1.0)
+        check_non_negative("reserve_bytes", self.reserve_bytes)
         if self.budget_bytes is not None:
             check_non_negative("budget_bytes", self.budget_bytes)
         check_int("block_size", self.block_size, minimum=1)
@@ -190,8 +194,9 @@ class KVBudgetParams:
 class KVBudgetResult:
     """How many sequences fit, and how decode slows as their cache reads grow."""
 
-    device_bytes: float
+    device_bytes: float                  # driver-reported capacity (MiB x 2**20)
     weight_bytes: float
+    reserve_bytes: float                 # activations and workspaces, kept out of the budget
     budget_bytes: float                  # memory left for the KV cache
     kv_bytes_per_sequence: float         # whole blocks at context_tokens
     max_sequences: int                   # sequences that fit in the budget
@@ -208,18 +213,20 @@ class KVBudgetResult:
 def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[Calibration] = None) -> KVBudgetResult:
     """Sequences that fit in device memory at a context length, and decode time as the cache grows.
 
-    Budget = memory_utilisation x device memory - weights (vLLM's accounting, without the
-    activation peak). Each decode step reads all weights once and every sequence's cache,
-    so cache reads rival weight reads once B x context x bytes/token ~ weight bytes.
+    Budget = memory_utilisation x device memory - weights - reserve: vLLM's accounting
+    (gpu_memory_utilization of the driver-reported memory, less the weights and the peak
+    activation memory it profiles), with the activation peak replaced by a stated reserve.
+    Each decode step reads all weights once and every sequence's cache, so cache reads
+    rival weight reads once B x context x bytes/token ~ weight bytes.
 
-    >>> r = kv_budget()
-    >>> r.max_sequences                   # Llama 3.1 8B on H100 at 4,096 tokens: 55.9 GB / 0.54 GB
-    104
+    >>> r = kv_budget()          # Llama 3.1 8B on H100 at 4,096 tokens: 0.9 x 85.52 - 16.06 - 2.15 GB
+    >>> round(r.budget_bytes / 1e9, 1), r.max_sequences
+    (58.8, 109)
     """
     p = params
     m, g = resolve_model(p.model), resolve_gpu(p.gpu)
     wbytes = stored_weight_bytes(m, p.precision)
-    budget = p.budget_bytes if p.budget_bytes is not None else max(p.memory_utilisation * g.hbm_bytes - wbytes, 0.0)
+    budget = p.budget_bytes if p.budget_bytes is not None else max(p.memory_utilisation * g.memory_bytes - wbytes - p.reserve_bytes, 0.0)
     per_token = kv_bytes_per_token(m, p.precision.kv_dtype)
     per_seq = math.ceil(p.context_tokens / p.block_size) * p.block_size * per_token
     n_fit = int(budget // per_seq)
@@ -232,7 +239,7 @@ def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[C
     w_read = np.full(len(grid), f1.weight_bytes)
     kv_read = grid * f1.kv_bytes
     return KVBudgetResult(
-        device_bytes=g.hbm_bytes, weight_bytes=wbytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
+        device_bytes=g.memory_bytes, weight_bytes=wbytes, reserve_bytes=p.reserve_bytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
         max_sequences=n_fit, batch_grid=grid, step_time_s=times, weight_bytes_read=w_read, kv_bytes_read=kv_read,
         kv_share_of_reads=kv_read / (kv_read + w_read), tokens_per_s_total=grid / times,
         batch_where_kv_reads_equal_weights=f1.weight_bytes / f1.kv_bytes, calibration_note=cost.calibration.note)

@@ -140,8 +140,8 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
     prec = Precision(weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     weights = stored_weight_bytes(m, prec)
     kv_total = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.context_tokens * p.users * bytes_per_elem(p.kv_dtype)
-    reserve = p.reserve_fraction * g.hbm_bytes
-    usable = g.hbm_bytes - reserve
+    reserve = p.reserve_fraction * g.memory_bytes
+    usable = g.memory_bytes - reserve
     f = forward_pass(m, g, Batch.decode(p.users, p.context_tokens), prec, cal, p.cuda_graphs)
     link = g.nvlink_bytes_per_s_per_direction or PCIE_GEN4_X16_BYTES_PER_S
     msg = p.users * m.hidden_size * bytes_per_elem(prec.act_dtype)
@@ -173,10 +173,10 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
             step = busy + overhead + comm
             layouts.append(ParallelLayout(tp=tp, pp=pp, gpus=tp * pp, weight_bytes_per_gpu=w_gpu,
                                           kv_bytes_per_gpu=kv_gpu, reserve_bytes_per_gpu=reserve,
-                                          used_bytes_per_gpu=used, fits=used <= g.hbm_bytes, step_time_s=step,
+                                          used_bytes_per_gpu=used, fits=used <= g.memory_bytes, step_time_s=step,
                                           comm_time_s=comm, tokens_per_s_per_user=1.0 / step,
                                           tokens_per_s_total=p.users / step))
-            if used <= g.hbm_bytes:
+            if used <= g.memory_bytes:
                 break              # more stages would only add hand-offs
     layouts.sort(key=lambda l: (l.gpus, -l.tp))
     fitting = [l for l in layouts if l.fits]

@@ -1302,7 +1302,7 @@ def sweep_batch(params: BatchSweepParams = BatchSweepParams(),
     comp = sm.gemm_compute_s > sm.gemm_memory_s
     wtotal = stored_weight_bytes(m, p.precision)
     kv_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.precision.kv_bytes
-    fits = wtotal + grid * (p.context_tokens + 1) * kv_per_token <= g.hbm_bytes
+    fits = wtotal + grid * (p.context_tokens + 1) * kv_per_token <= g.memory_bytes
     j = int(np.searchsorted(grid, p.batch))
     return BatchSweepResult(
         batch_grid=grid, step_time_s=step, tokens_per_s_total=grid / step, tokens_per_s_per_user=1.0 / step,

@@ -251,7 +251,7 @@ def default_kv_capacity_tokens(params: SchedulerParams) -> int:
     426784
     """
     m, g = resolve_model(params.model), resolve_gpu(params.gpu)
-    budget = VLLM_GPU_MEMORY_UTILIZATION * g.hbm_bytes - stored_weight_bytes(m, params.precision)
+    budget = VLLM_GPU_MEMORY_UTILIZATION * g.memory_bytes - stored_weight_bytes(m, params.precision)
     if budget <= 0:
         raise ValueError(f"{m.display_name} weights do not fit on {g.display_name}")
     return int(budget // kv_bytes_per_token(m, params.precision.kv_dtype))

@@ -23,7 +23,7 @@ SPEC = calibration.spec_sheet(H100)
 def test_h100_datasheet_numbers_R4_R30():
     assert H100.peak_flops("bf16") == 989e12            # dense; 1,979 is the sparse figure
     assert H100.peak_flops("fp8") == pytest.approx(2 * H100.peak_flops("bf16"), rel=1e-3)   # 1,979 vs 2 x 989.4
-    assert H100.hbm_bytes == 80e9 and H100.hbm_bandwidth_bytes_per_s == 3.35e12
+    assert H100.memory_mib == 81_559 and H100.hbm_bandwidth_bytes_per_s == 3.35e12
     assert H100.sm_count == 132
     assert H100.register_file_bytes_per_sm == 256 * 1024 and H100.smem_l1_bytes_per_sm == 256 * 1024
     assert H100.l2_bytes == 50 * 2 ** 20
@@ -32,7 +32,7 @@ def test_h100_datasheet_numbers_R4_R30():
 
 def test_h200_same_compute_more_memory():
     h200 = hardware.get("H200")
-    assert h200.hbm_bytes == 141e9 and h200.hbm_bandwidth_bytes_per_s == 4.8e12
+    assert h200.memory_mib == 143_771 and h200.hbm_bandwidth_bytes_per_s == 4.8e12
     assert dict(h200.dense_flops) == dict(H100.dense_flops)
 
 

@@ -99,9 +99,9 @@ def build() -> FigureView:
             ("all users", f"{r.tokens_per_s_total:,.0f} tokens/s"),
         ])
         g = hardware.get(gpu.value)
-        fits = "" if r.weight_bytes_per_step[0] <= g.hbm_bytes else (
+        fits = "" if r.weight_bytes_per_step[0] <= g.memory_bytes else (
             f" These weights ({r.weight_bytes_per_step[0] / 1e9:,.0f} GB) do not fit in one "
-            f"{g.hbm_bytes / 1e9:.0f} GB GPU; the figure times the step as if they did.")
+            f"{g.memory_bytes / 1e9:.0f} GB GPU; the figure times the step as if they did.")
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16 weights and KV cache, {PROMPT_TOKENS}-token prompt per "
             f"user, CUDA graphs on. Peaks: {r.peak_flops_per_s / 1e12:,.0f} TFLOP/s, "

@@ -96,6 +96,24 @@ def sequences_that_fit(budget_bytes: float, model: Union[str, ModelConfig], cont
     return int(budget_bytes // per_seq)
 
 
+def kv_budget_bytes(model: Union[str, ModelConfig], gpu, precision: Optional[Precision] = None,
+                    memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION,
+                    reserve_bytes: float = ACTIVATION_RESERVE_BYTES) -> float:
+    """Device memory left for the KV cache: utilisation x driver-reported memory - weights - reserve (>= 0).
+
+    vLLM's accounting: the engine may use `gpu_memory_utilization` of the device (0.9 by
+    default), loads the weights, keeps its profiled activation peak, and gives the rest to
+    the cache; here the activation peak is the stated `reserve_bytes`.
+
+    >>> round(kv_budget_bytes("llama-3.1-8b", "H100-SXM") / 1e9, 2)     # 0.9 x 85.52 - 16.06 - 2.15 GB
+    58.76
+    """
+    check_range("memory_utilisation", memory_utilisation, 0.0, 1.0)
+    check_non_negative("reserve_bytes", reserve_bytes)
+    m, g = resolve_model(model), resolve_gpu(gpu)
+    return max(memory_utilisation * g.memory_bytes - stored_weight_bytes(m, precision) - reserve_bytes, 0.0)
+
+
 # --------------------------------------------------------------------------------------------
 # Figure ch06-kv-size
 # --------------------------------------------------------------------------------------------
@@ -226,7 +244,8 @@ def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[C
     p = params
     m, g = resolve_model(p.model), resolve_gpu(p.gpu)
     wbytes = stored_weight_bytes(m, p.precision)
-    budget = p.budget_bytes if p.budget_bytes is not None else max(p.memory_utilisation * g.memory_bytes - wbytes - p.reserve_bytes, 0.0)
+    budget = p.budget_bytes if p.budget_bytes is not None else kv_budget_bytes(
+        m, g, p.precision, p.memory_utilisation, p.reserve_bytes)
     per_token = kv_bytes_per_token(m, p.precision.kv_dtype)
     per_seq = math.ceil(p.context_tokens / p.block_size) * p.block_size * per_token
     n_fit = int(budget // per_seq)

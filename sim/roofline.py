@@ -884,14 +884,32 @@ def batch_knee(model: ModelLike, gpu: GpuLike, precision: Optional[Precision] = 
     return 0.5 * (lo + hi)
 
 
+def decode_weight_bytes(model: ModelLike, precision: Optional[Precision] = None, seqs: int = 1) -> float:
+    """Weight bytes one decode step of `seqs` sequences reads: every block weight, the norms
+    and the output head once, and one embedding row per sequence.
+
+    The embedding table is a lookup, not a matrix multiply: the step gathers the row of each
+    new token and never reads the rest. So a step of Llama 3.1 8B reads 15.01 GB of its
+    16.06 GB of bf16 weights (the 1.05 GB table is the difference); a model whose head is
+    tied to its embedding reads the table whole, through the head.
+
+    >>> round(decode_weight_bytes("llama-3.1-8b") / 1e9, 2), round(stored_weight_bytes("llama-3.1-8b") / 1e9, 2)
+    (15.01, 16.06)
+    """
+    m = resolve_model(model)
+    check_int("seqs", seqs, minimum=1)
+    return float(sum(s.count * s.weight_bytes for s in _fixed_specs(m, precision or Precision(), seqs, seqs)))
+
+
 @dataclass(frozen=True)
 class DecodeCeiling:
     """Peak-hardware bounds on single-user decode: the guide's opening paradox."""
 
     model: str
     gpu: str
-    weight_bytes: float             # weights one token uses (all of them for a dense model)
-    flops_per_token: float          # 2 FLOPs per weight used (R3)
+    weight_bytes: float             # weights one token reads (decode_weight_bytes: all but the embedding table)
+    stored_weight_bytes: float      # the whole model, embedding table included
+    flops_per_token: float          # 2 FLOPs per weight multiplied (R3): the GEMMs of one token
     step_time_s: float              # weight_bytes / peak bandwidth
     tokens_per_s: float             # 1 / step_time_s: one user's ceiling
     compute_time_s: float           # flops_per_token / peak FLOP/s
@@ -900,22 +918,25 @@ class DecodeCeiling:
 
 
 def decode_ceiling(model: ModelLike, gpu: GpuLike, dtype: str = "bf16") -> DecodeCeiling:
-    """Single-user decode at peak bandwidth vs at peak FLOP/s, counting each weight once per token.
+    """Single-user decode at peak bandwidth vs at peak FLOP/s, reading each weight the step uses once.
 
-    Llama 3.1 8B on H100 SXM in bf16: 16.06 GB / 3.35 TB/s = 4.8 ms per token (~200
-    tokens/s), while its 16 GFLOP take 16 us at 989 TFLOP/s (~60,000 tokens/s) (R3, R4).
+    Llama 3.1 8B on H100 SXM in bf16: 15.01 GB / 3.35 TB/s = 4.5 ms per token (~220
+    tokens/s), while its 15 GFLOP take 15 us at 989 TFLOP/s (~66,000 tokens/s) (R3, R4).
+    The bytes and FLOPs are those of the simulated forward pass without a KV cache
+    (`decode_weight_bytes`), so every chapter uses the same figure.
 
     >>> c = decode_ceiling("llama-3.1-8b", "H100-SXM")
     >>> round(c.tokens_per_s), round(c.compute_tokens_per_s, -3)
-    (209, 62000.0)
+    (223, 66000.0)
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
-    params = parameter_breakdown(m).active
-    wbytes = params * bytes_per_elem(dtype)
-    flops = 2.0 * params
-    peak = g.peak_flops(arithmetic_dtype(dtype, dtype))
+    p = Precision(weight_dtype=dtype, act_dtype=dtype)
+    wbytes = decode_weight_bytes(m, p)
+    flops = float(sum(s.count * s.flops for s in _fixed_specs(m, p, 1, 1) if s.kind == "gemm"))
+    peak = g.peak_flops(p.math_dtype)
     step = wbytes / g.hbm_bandwidth_bytes_per_s
-    return DecodeCeiling(model=m.display_name, gpu=g.display_name, weight_bytes=wbytes, flops_per_token=flops,
+    return DecodeCeiling(model=m.display_name, gpu=g.display_name, weight_bytes=wbytes,
+                         stored_weight_bytes=stored_weight_bytes(m, p), flops_per_token=flops,
                          step_time_s=step, tokens_per_s=1.0 / step, compute_time_s=flops / peak,
                          compute_tokens_per_s=peak / flops, flops_per_byte=flops / wbytes)
 

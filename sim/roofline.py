@@ -956,11 +956,14 @@ class DecodeMeterParams:
     steps: int = 32                     # decode steps to show
     precision: Precision = Precision()
     cuda_graphs: bool = True            # a decode step replayed as one graph (R2)
+    kv_cache: bool = True               # False: no cache, every step recomputes the whole prefix
 
     def __post_init__(self) -> None:
         check_int("batch", self.batch, minimum=1)
         check_int("prompt_tokens", self.prompt_tokens, minimum=0)
         check_int("steps", self.steps, minimum=1, maximum=100_000)
+        if not isinstance(self.kv_cache, bool):
+            raise ValueError(f"kv_cache must be True or False, got {self.kv_cache!r}")
 
 
 @dataclass(frozen=True)
@@ -997,8 +1000,16 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
     are affine in the context (weights fixed, KV reads growing), so they are computed
     exactly from two forward passes; times come from `StepCost`.
 
+    With `kv_cache=False` nothing is kept between steps: step s pushes the whole prefix,
+    prompt_tokens + s tokens per user, through the model again to get one new token
+    (R14). Its FLOPs grow with the prefix (attention's with its square), the step turns
+    compute-bound, and the total time grows with the square of the length.
+
     >>> r = decode_meter()
     >>> bool(r.tensor_core_utilisation.max() < 0.01)     # one user: well under 1%
+    True
+    >>> nc = decode_meter(DecodeMeterParams(kv_cache=False))
+    >>> bool(nc.step_time_s[-1] > nc.step_time_s[0] > 2 * r.step_time_s[0])
     True
     """
     p = params
@@ -1006,6 +1017,8 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
     cost = StepCost(m, g, p.precision, calibration, p.cuda_graphs)
     steps = np.arange(1, p.steps + 1)
     ctx = p.prompt_tokens + steps - 1
+    if not p.kv_cache:
+        return _recompute_meter(p, m, g, cost, steps, ctx)
     f0 = forward_pass(m, g, Batch.decode(p.batch, int(ctx[0])), p.precision, cost.calibration, p.cuda_graphs)
     f1 = forward_pass(m, g, Batch.decode(p.batch, int(ctx[0]) + 1), p.precision, cost.calibration, p.cuda_graphs)
     dc = ctx - ctx[0]
@@ -1029,6 +1042,34 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
         cumulative_bytes=np.cumsum(total), tokens_generated=steps * p.batch,
         memory_floor_s=total / bw, compute_floor_s=flops / peak_f,
         tokens_per_s_per_user=float(p.steps / cum_t[-1]), tokens_per_s_total=float(p.batch * p.steps / cum_t[-1]),
+        peak_flops_per_s=peak_f, peak_bandwidth_bytes_per_s=bw, calibration_note=cost.calibration.note)
+
+
+def _recompute_meter(p: DecodeMeterParams, m: ModelConfig, g: GPU, cost: StepCost, steps: np.ndarray,
+                     ctx: np.ndarray) -> DecodeMeterResult:
+    """The decode meter without a KV cache: step s runs the whole prefix (ctx + 1 tokens per user)."""
+    n = ctx + 1                                  # tokens each user pushes through the model
+    B = p.batch
+    specs = _fixed_specs(m, p.precision, B * n, B)
+    specs.append(_attention_spec(m, p.precision, B * n, B * n * (n + 1) // 2, B * n))   # causal over the prefix
+    zero = np.zeros(len(n))
+    flops = sum((s.count * s.flops for s in specs), zero)
+    weights = sum((s.count * s.weight_bytes for s in specs), zero)
+    kv = sum((s.count * s.kv_bytes for s in specs), zero)
+    total = weights + kv + sum((s.count * s.act_bytes for s in specs), zero)
+    cost.prime(tokens=B * n, logits=[B])
+    times = np.array([cost.uniform_time_s(B, int(k), 0, logits_seqs=B) for k in n])
+    peak_f = g.peak_flops(p.precision.math_dtype)
+    bw = g.hbm_bandwidth_bytes_per_s
+    cum_t = np.cumsum(times)
+    return DecodeMeterResult(
+        step=steps, context_tokens=np.zeros_like(ctx), step_time_s=times, bytes_per_step=total,
+        weight_bytes_per_step=weights, kv_bytes_per_step=kv, flops_per_step=flops,
+        flops_per_byte=flops / total, tensor_core_utilisation=flops / (times * peak_f),
+        bandwidth_utilisation=total / (times * bw), cumulative_time_s=cum_t,
+        cumulative_bytes=np.cumsum(total), tokens_generated=steps * B,
+        memory_floor_s=total / bw, compute_floor_s=flops / peak_f,
+        tokens_per_s_per_user=float(p.steps / cum_t[-1]), tokens_per_s_total=float(B * p.steps / cum_t[-1]),
         peak_flops_per_s=peak_f, peak_bandwidth_bytes_per_s=bw, calibration_note=cost.calibration.note)
 
 

@@ -294,3 +294,27 @@ def test_attention_share_of_prefill_matches_the_forward_pass():
     assert share[0] < share[1] < share[2]
     with pytest.raises(ValueError, match="lengths >= 1"):
         roofline.attention_share_of_prefill(M8, H100, [0])
+
+
+@pytest.mark.parametrize("model, batch", [(M8, 1), (M8, 64), ("mixtral-8x7b", 3)])
+def test_decode_meter_without_a_cache_recomputes_the_prefix(model, batch):
+    p = roofline.DecodeMeterParams(model=model, batch=batch, kv_cache=False, steps=8)
+    r = roofline.decode_meter(p, calibration=SPEC)
+    for i in (0, 7):
+        n = p.prompt_tokens + i + 1               # the whole prefix, newest token included
+        f = roofline.forward_pass(model, H100, Batch((n,) * batch, (0,) * batch, logits_seqs=batch),
+                                  calibration=SPEC, cuda_graphs=True)
+        assert r.step_time_s[i] == pytest.approx(f.time_s, rel=1e-12)
+        assert (r.flops_per_step[i], r.bytes_per_step[i]) == pytest.approx((f.flops, f.bytes), rel=1e-12)
+
+
+def test_without_a_cache_the_counter_runs_away():
+    kept = roofline.decode_meter(roofline.DecodeMeterParams(steps=256), calibration=SPEC)
+    none = roofline.decode_meter(roofline.DecodeMeterParams(steps=256, kv_cache=False), calibration=SPEC)
+    # with the cache a step does ~15 GFLOP; without it, the whole 512+ token prefix again: compute-bound
+    assert none.flops_per_step[0] > 400 * kept.flops_per_step[0]     # 513 tokens, but one row of logits
+    assert none.compute_floor_s[0] > none.memory_floor_s[0] and kept.compute_floor_s[0] < kept.memory_floor_s[0]
+    # every step costs more than the last, and the total grows faster than the number of steps
+    assert np.all(np.diff(none.step_time_s) > 0)
+    assert none.step_time_s[-1] > 1.3 * none.step_time_s[0]
+    assert none.cumulative_time_s[-1] > 2 * kept.cumulative_time_s[-1]

@@ -608,6 +608,7 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
 class Chapter:
     number: int
     title: str
+    summary: str                 # what it covers, one line (the contents table of chapter 0)
     slug: str
     figures: list[str]
     source: Path
@@ -630,7 +631,7 @@ def read_chapters() -> list[Chapter]:
             raise BuildError(f"{path}: no TOML front matter between +++ lines")
         try:
             meta = tomllib.loads(m.group(1))
-            chapters.append(Chapter(int(meta["number"]), meta["title"], meta["slug"],
+            chapters.append(Chapter(int(meta["number"]), meta["title"], meta["summary"], meta["slug"],
                                     list(meta.get("figures", [])), path, text[m.end():]))
         except (tomllib.TOMLDecodeError, KeyError, ValueError) as exc:
             raise BuildError(f"{path}: bad front matter: {exc}") from None
@@ -638,6 +639,19 @@ def read_chapters() -> list[Chapter]:
     for a, b in zip(chapters, chapters[1:]):
         a.next, b.prev = b, a
     return chapters
+
+
+def table_of_contents(chapters: list[Chapter]) -> list[dict]:
+    """Every chapter of the guide in order: the written ones (with their page), then the ones
+    site/plan.toml lists as planned (page None). A planned number that has been written is an error."""
+    planned = tomllib.loads((SITE_SRC / "plan.toml").read_text())["planned"]
+    written = {c.number for c in chapters}
+    for entry in planned:
+        if entry["number"] in written:
+            raise BuildError(f"site/plan.toml: chapter {entry['number']} is written now; remove it from the plan")
+    rows = [{"number": c.number, "title": c.title, "summary": c.summary, "file": c.file} for c in chapters]
+    rows += [{"number": e["number"], "title": e["title"], "summary": e["summary"], "file": None} for e in planned]
+    return sorted(rows, key=lambda r: r["number"])
 
 
 def read_references() -> dict[str, dict]:
@@ -658,8 +672,10 @@ def sim_namespace():
 
 
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
-                 references: dict[str, dict], runtime: Runtime) -> None:
-    """Step 4: chapter pages, one page per figure, the index and the references."""
+                 references: dict[str, dict], runtime: Runtime, contents: list[dict]) -> None:
+    """Step 4: chapter pages, one page per figure, the index and the references.
+
+    Chapter text sees `contents`, the whole guide's table of contents (`table_of_contents`)."""
     import jinja2
     import markdown
 
@@ -689,7 +705,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                 cited[key].append(c)
         try:
             body = env.from_string('{% from "macros.html" import figure, cite, takeaway, question with context %}'
-                                   + c.body).render(**common)
+                                   + c.body).render(**common, contents=contents)
         except jinja2.TemplateError as exc:
             raise BuildError(f"{c.source.name}: {exc}") from None
         content = markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
@@ -862,6 +878,7 @@ def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = N
         runtime = vendor_runtime(staging, pyodide_dir)
         build_guide_wheel(staging, runtime)
         chapters = read_chapters()
+        contents = table_of_contents(chapters)
         if only:
             chapters = [c for c in chapters if c.number in only]
             for a, b in zip(chapters, chapters[1:]):
@@ -871,7 +888,7 @@ def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = N
         references = read_references()
         figure_ids = [f for c in chapters for f in c.figures]
         figures = prerender_figures(figure_ids, runtime)
-        render_pages(staging, chapters, figures, references, runtime)
+        render_pages(staging, chapters, figures, references, runtime, contents)
         precompress(staging)
         write_manifest(staging)
         swap_into_place(staging, out)

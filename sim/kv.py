@@ -24,7 +24,8 @@ from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
 from sim.models import ModelConfig, weight_bytes
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, StepCost, batch_grid, decode_weight_bytes, forward_pass, stored_weight_bytes
+from sim.roofline import (Batch, Precision, StepCost, batch_grid, context_where_kv_reads_equal_weights,  # noqa: F401
+                          forward_pass, stored_weight_bytes)
 
 GiB = 2 ** 30
 ATTENTION_KINDS = ("model", "mha", "gqa", "mqa")
@@ -112,25 +113,6 @@ def kv_budget_bytes(model: Union[str, ModelConfig], gpu, precision: Optional[Pre
     check_non_negative("reserve_bytes", reserve_bytes)
     m, g = resolve_model(model), resolve_gpu(gpu)
     return max(memory_utilisation * g.memory_bytes - stored_weight_bytes(m, precision) - reserve_bytes, 0.0)
-
-
-def context_where_kv_reads_equal_weights(model: Union[str, ModelConfig], batch: int = 1,
-                                         precision: Optional[Precision] = None) -> float:
-    """Context per sequence (tokens) at which one decode step reads as many KV-cache bytes as weight bytes.
-
-    A decode step of `batch` sequences at context C reads the weights once
-    (`decode_weight_bytes`) and batch x C x bytes-per-token of cache. Below this context the
-    weights dominate and the step time is nearly flat in C; above it the cache does, and the
-    step grows in proportion to C. The GPU does not enter: both are bytes.
-
-    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b"))        # 15.01 GB / 128 KiB
-    114516
-    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16))
-    7157
-    """
-    check_int("batch", batch, minimum=1)
-    p = precision or Precision()
-    return decode_weight_bytes(model, p, batch) / (batch * kv_bytes_per_token(model, p.kv_dtype))
 
 
 # --------------------------------------------------------------------------------------------

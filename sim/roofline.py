@@ -901,6 +901,28 @@ def decode_weight_bytes(model: ModelLike, precision: Optional[Precision] = None,
     return float(sum(s.count * s.weight_bytes for s in _fixed_specs(m, precision or Precision(), seqs, seqs)))
 
 
+def context_where_kv_reads_equal_weights(model: ModelLike, batch: int = 1,
+                                         precision: Optional[Precision] = None) -> float:
+    """Context per sequence (tokens) at which one decode step reads as many KV-cache bytes as weight bytes.
+
+    A decode step of `batch` sequences at context C reads the weights once
+    (`decode_weight_bytes`) and batch x C x (2 x layers x KV heads x head_dim x KV bytes) of
+    cache. Below this context the weights dominate and the step time is nearly flat in C;
+    above it the cache does, and the step grows in proportion to C. The GPU does not enter:
+    both are bytes.
+
+    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b"))        # 15.01 GB / 128 KiB
+    114516
+    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16))
+    7157
+    """
+    m = resolve_model(model)
+    check_int("batch", batch, minimum=1)
+    p = precision or Precision()
+    kv_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.kv_bytes
+    return decode_weight_bytes(m, p, batch) / (batch * kv_per_token)
+
+
 @dataclass(frozen=True)
 class DecodeCeiling:
     """Peak-hardware bounds on single-user decode: the guide's opening paradox."""
@@ -1114,7 +1136,8 @@ class PhaseResult:
     prefill_tokens_per_s: float         # prompt tokens processed per second
     decode_tokens_per_s_per_user: float
     time_per_prompt_token_s: float
-    time_per_output_token_s: float
+    time_per_output_token_s: float      # mean decode step
+    kv_equals_weights_context_tokens: float  # context at which a decode step reads as much cache as weights
 
 
 def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calibration] = None) -> PhaseResult:
@@ -1122,7 +1145,9 @@ def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calib
 
     Prefill processes all prompt tokens of all `batch` requests in one pass; its logits
     give the first output token (R1, R2). Decode then runs output_tokens - 1 steps, the
-    cache growing by one token per step.
+    cache growing by one token per step: each step reads the weights and the whole cache,
+    so its time grows with the context, slowly while the cache is small next to the
+    weights and in proportion once it passes `kv_equals_weights_context_tokens`.
 
     >>> r = phase_times()
     >>> r.prefill_bound, r.decode_bound
@@ -1145,7 +1170,8 @@ def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calib
         prefill_tokens_per_s=p.prompt_tokens * p.batch / pre.time_s,
         decode_tokens_per_s_per_user=(len(steps) / decode_time) if len(steps) else math.nan,
         time_per_prompt_token_s=pre.time_s / (p.prompt_tokens * p.batch),
-        time_per_output_token_s=float(steps.mean()) if len(steps) else math.nan)
+        time_per_output_token_s=float(steps.mean()) if len(steps) else math.nan,
+        kv_equals_weights_context_tokens=context_where_kv_reads_equal_weights(m, p.batch, p.precision))
 
 
 # --------------------------------------------------------------------------------------------

@@ -241,6 +241,7 @@ class HierarchyResult:
     bandwidth_bytes_per_s: np.ndarray    # (levels,) whole chip; nan where no figure can be given
     bandwidth_basis: list[str]           # per level: how the bandwidth was obtained
     bandwidth_over_dram: np.ndarray      # (levels,) bandwidth / DRAM bandwidth
+    dram_over_capacity: np.ndarray       # (levels,) DRAM capacity / capacity: how many times smaller the level is
 
 
 def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) -> HierarchyResult:
@@ -292,4 +293,5 @@ def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) 
     bandwidth = np.array([reg_bw, smem_bw, l2_bw, g.hbm_bandwidth_bytes_per_s], dtype=float)
     return HierarchyResult(gpu=g.display_name, levels=levels, capacity_bytes=capacity,
                            bandwidth_bytes_per_s=bandwidth, bandwidth_basis=basis,
-                           bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s)
+                           bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s,
+                           dram_over_capacity=g.memory_bytes / capacity)

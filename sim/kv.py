@@ -195,7 +195,7 @@ class KVBudgetParams:
     reserve_bytes: float = ACTIVATION_RESERVE_BYTES  # kept for activations and workspaces, not the cache
     budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights - reserve
     precision: Precision = Precision()
-    block_size: int = 16                # R6: vLLM's default block size
+    block_size: int = 16                # vLLM engine argument block_size, default 16 on CUDA (vLLM docs)
     grid_points: int = 48               # batch sizes on the step-time curve
     cuda_graphs: bool = True
 

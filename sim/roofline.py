@@ -1070,7 +1070,8 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
 def _recompute_meter(p: DecodeMeterParams, m: ModelConfig, g: GPU, cost: StepCost, steps: np.ndarray,
                      ctx: np.ndarray) -> DecodeMeterResult:
     """The decode meter without a KV cache: step s runs the whole prefix (ctx + 1 tokens per user)."""
-    n = ctx + 1                                  # tokens each user pushes through the model
+    n = (ctx + 1).astype(np.int64)               # tokens each user pushes through the model (int64: token x width
+                                                 # products pass 2**31, and numpy's default int is 32-bit in wasm)
     B = p.batch
     specs = _fixed_specs(m, p.precision, B * n, B)
     specs.append(_attention_spec(m, p.precision, B * n, B * n * (n + 1) // 2, B * n))   # causal over the prefix

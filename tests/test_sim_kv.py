@@ -84,6 +84,9 @@ def test_explicit_budget_and_weights_too_big():
     (lambda: kv.sequences_that_fit(-1, "llama-3.1-8b", 10), "budget_bytes must be >= 0"),
     (lambda: kv.KVSizeParams(kv_dtype="fp6"), "valid dtypes"),
     (lambda: kv.KVBudgetParams(memory_utilisation=1.5), r"memory_utilisation must be in \[0.0, 1.0\]"),
+    (lambda: kv.KVBudgetParams(reserve_bytes=-1), "reserve_bytes must be >= 0"),
+    (lambda: kv.kv_budget_bytes("llama-3.1-8b", "H100-SXM", reserve_bytes=float("nan")), "reserve_bytes must be finite"),
+    (lambda: kv.context_where_kv_reads_equal_weights("llama-3.1-8b", batch=0), "batch must be >= 1"),
 ])
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):

@@ -505,8 +505,10 @@ def eager_step_time_s(pre: Sequence, layer: Sequence, post: Sequence, layers: in
     return (len(pre) + layers * len(layer) + len(post)) * d + lag
 
 
-def _step_time_s(busy_by_spec: list, specs: list, layers: int, launch_s: float, cuda_graphs: bool):
-    """Step time from the per-instance busy time of each spec (specs in layer order, model-level ops anywhere)."""
+def launched_step_time_s(busy_by_spec: list, specs: list, layers: int, launch_s: float, cuda_graphs: bool):
+    """Step time from the busy seconds of one instance of each op (`specs`: ops with .name and .count, per-layer
+    ops in execution order, model-level ops anywhere): busy time + `launch_s` when the step replays CUDA graphs,
+    else the eager launch queue (`eager_step_time_s`)."""
     if cuda_graphs:
         return sum(s.count * b for s, b in zip(specs, busy_by_spec)) + launch_s
     pre = [b for s, b in zip(specs, busy_by_spec) if s.name == "embed"]
@@ -524,7 +526,7 @@ def _assemble(m: ModelConfig, g: GPU, cal: Calibration, p: Precision, batch: Bat
     each = [max(o.time_s - launch, 0.0) for o in ops]
     busy = np.array(each) * counts
     kernels = int(counts.sum())
-    time_s = float(_step_time_s(each, ops, m.num_layers, launch, cuda_graphs))
+    time_s = float(launched_step_time_s(each, ops, m.num_layers, launch, cuda_graphs))
     overhead = time_s - float(busy.sum())
     total_flops = float(flops.sum())
     total_bytes = float(nbytes.sum())
@@ -624,7 +626,7 @@ def _summarise(m: ModelConfig, p: Precision, cal: Calibration, tokens, logits, p
             g_comp = g_comp + sp.count * sp.flops / cal.flops(sp.dtype)
             g_mem = g_mem + sp.count * (sp.weight_bytes + sp.act_bytes) / bw
     busy_total = busy["gemm"] + busy["attention"] + busy["elementwise"]
-    time_s = _step_time_s(each, specs, m.num_layers, launch, cuda_graphs) + zero
+    time_s = launched_step_time_s(each, specs, m.num_layers, launch, cuda_graphs) + zero
     return _Summary(time_s, time_s - busy_total, busy, wbytes, kvbytes, g_comp, g_mem)
 
 
@@ -726,7 +728,7 @@ class StepCost:
             return tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
         each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
         specs = self._order + (self._logit_order if logits else [])
-        return float(_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False))
+        return float(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False))
 
     def time_s(self, new_tokens: Sequence[int], context_tokens: Sequence[int],
                logits_seqs: Optional[int] = None, cuda_graphs: Optional[bool] = None) -> float:

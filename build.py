@@ -706,6 +706,7 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
 class Chapter:
     number: int
     title: str
+    summary: str                 # what it covers, one line (the contents table of chapter 0)
     slug: str
     figures: list[str]
     source: Path
@@ -730,7 +731,8 @@ def read_chapter(path: Path) -> Chapter:
         raise BuildError(f"{path}: no TOML front matter between +++ lines")
     try:
         meta = tomllib.loads(m.group(1))
-        c = Chapter(int(meta["number"]), meta["title"], meta["slug"], list(meta.get("figures", [])),
+        c = Chapter(int(meta["number"]), meta["title"], meta["summary"], meta["slug"],
+                    list(meta.get("figures", [])),
                     path, text[m.end():], body_line=text[:m.end()].count("\n") + 1)
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
         raise BuildError(f"{path}: bad front matter: {exc}") from None
@@ -753,6 +755,19 @@ def read_chapters() -> list[Chapter]:
     for a, b in zip(chapters, chapters[1:]):
         a.next, b.prev = b, a
     return chapters
+
+
+def table_of_contents(chapters: list[Chapter]) -> list[dict]:
+    """Every chapter of the guide in order: the written ones (with their page), then the ones
+    site/plan.toml lists as planned (page None). A planned number that has been written is an error."""
+    planned = tomllib.loads((SITE_SRC / "plan.toml").read_text())["planned"]
+    written = {c.number for c in chapters}
+    for entry in planned:
+        if entry["number"] in written:
+            raise BuildError(f"site/plan.toml: chapter {entry['number']} is written now; remove it from the plan")
+    rows = [{"number": c.number, "title": c.title, "summary": c.summary, "file": c.file} for c in chapters]
+    rows += [{"number": e["number"], "title": e["title"], "summary": e["summary"], "file": None} for e in planned]
+    return sorted(rows, key=lambda r: r["number"])
 
 
 def read_references() -> dict[str, dict]:
@@ -785,12 +800,12 @@ def template_line(exc: BaseException) -> int | None:
     return lines[-1] if lines else None
 
 
-def render_body(env, c: Chapter, common: dict) -> str:
+def render_body(env, c: Chapter, common: dict, contents: list[dict]) -> str:
     """A chapter's Markdown with its macros and sim calls evaluated; the figures it places
     must be those its front matter lists (the page loads only those)."""
     try:
         body = env.from_string('{% from "macros.html" import figure, cite, takeaway, question with context %}'
-                               + c.body).render(**common)
+                               + c.body).render(**common, contents=contents)
     except Exception as exc:
         line = template_line(exc)
         where = f"{c.source.relative_to(ROOT) if c.source.is_relative_to(ROOT) else c.source}" + (
@@ -803,8 +818,10 @@ def render_body(env, c: Chapter, common: dict) -> str:
 
 
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
-                 references: dict[str, dict], runtime: Runtime) -> None:
-    """Step 4: chapter pages, one page per figure, the index and the references."""
+                 references: dict[str, dict], runtime: Runtime, contents: list[dict]) -> None:
+    """Step 4: chapter pages, one page per figure, the index and the references.
+
+    Chapter text sees `contents`, the whole guide's table of contents (`table_of_contents`)."""
     import jinja2
     import markdown
 
@@ -825,7 +842,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         for key in re.findall(r'cite\(\s*["\']([^"\']+)["\']', c.body):
             if key not in references:
                 raise BuildError(f"{c.source.name}: cites {key!r}, which is not in site/references.toml")
-        body = render_body(env, c, common)
+        body = render_body(env, c, common, contents)
         for key in dict.fromkeys(re.findall(r'class="cite" href="references.html#([^"]+)"', body)):
             cited.setdefault(key, []).append(c)
         content = markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
@@ -1183,10 +1200,12 @@ def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) 
         runtime = vendor_runtime(staging, pyodide_dir)
     build_guide_wheel(staging, runtime)
     check_shipped_wheels(staging)
-    chapters = select_chapters(read_chapters(), only)
+    chapters = read_chapters()
+    contents = table_of_contents(chapters)
+    chapters = select_chapters(chapters, only)
     references = read_references()
     figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
-    render_pages(staging, chapters, figures, references, runtime)
+    render_pages(staging, chapters, figures, references, runtime, contents)
     precompress(staging)
     write_manifest(staging)
 

@@ -32,10 +32,13 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration, for_gpu
-from sim.checks import check_int, check_positive, checked_params
+from sim.checks import check_choice, check_int, check_positive, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.dtypes import bytes_per_elem
+
+
+BLOCKS_PER = ("kv_head", "query_head")   # how a decode attention kernel assigns heads to thread blocks
 
 
 def score_matrix_bytes(seq_len: int, bytes_per_elem: float = 2.0, heads: int = 1, batch: int = 1) -> float:
@@ -248,12 +251,16 @@ class SplitKVParams:
     batch: int = 1
     kv_dtype: str = "bf16"
     max_splits: int = 128
+    blocks_per: str = "kv_head"         # "kv_head": the query heads sharing a KV head in one thread block
+                                        # (GQA-packed decode kernels); "query_head": one per query head, as
+                                        # FlashAttention-2 launches them
 
     def __post_init__(self) -> None:
         check_int("context_tokens", self.context_tokens, minimum=1)
         check_int("batch", self.batch, minimum=1)
         bytes_per_elem(self.kv_dtype)
         check_int("max_splits", self.max_splits, minimum=1)
+        check_choice("blocks_per", self.blocks_per, BLOCKS_PER, "values")
 
 
 @dataclass(frozen=True)
@@ -261,7 +268,7 @@ class SplitKVResult:
     """Attention time of one decode step (one layer) for each number of KV splits."""
 
     splits: np.ndarray                  # (n,) 1, 2, 4, ...
-    work_units: np.ndarray              # (n,) batch x KV heads x splits thread blocks
+    work_units: np.ndarray              # (n,) batch x (KV or query) heads x splits thread blocks
     sm_occupancy: np.ndarray            # (n,) min(1, work units / SMs)
     kv_bytes: float                     # K and V read (same for every split)
     combine_bytes: np.ndarray           # (n,) partial outputs written and re-read by the reduction
@@ -275,8 +282,10 @@ def split_kv_decode(params: SplitKVParams = SplitKVParams(),
                     calibration: Optional[Calibration] = None) -> SplitKVResult:
     """Decode attention time vs the number of KV splits (FlashDecoding, Dao et al. 2023).
 
-    Simple model: the kernel launches batch x KV heads x splits thread blocks; with fewer
-    blocks than SMs only that share of the GPU pulls from HBM, so
+    Simple model: the kernel launches batch x heads x splits thread blocks, with one block
+    per KV head (kernels that pack the query heads of a KV group together) or per query
+    head (FlashAttention-2; each block then reads its KV head's cache, the others of its
+    group hitting L2); with fewer blocks than SMs only that share of the GPU pulls from HBM, so
     time = launch + KV bytes / (BW x min(1, blocks / SMs)) + a second launch and the
     partial outputs (fp32, head_dim + 2 numbers per query head and split) when split.
 
@@ -288,7 +297,7 @@ def split_kv_decode(params: SplitKVParams = SplitKVParams(),
     m, g = resolve_model(p.model), resolve_gpu(p.gpu)
     cal = calibration if calibration is not None else for_gpu(g)
     splits = 2 ** np.arange(int(math.log2(p.max_splits)) + 1)
-    units = p.batch * m.num_kv_heads * splits
+    units = p.batch * (m.num_kv_heads if p.blocks_per == "kv_head" else m.num_heads) * splits
     occ = np.minimum(1.0, units / g.sm_count)
     kv = 2.0 * m.num_kv_heads * m.head_dim * p.context_tokens * p.batch * bytes_per_elem(p.kv_dtype)
     combine = np.where(splits > 1, 2.0 * p.batch * m.num_heads * splits * (m.head_dim + 2) * 4.0, 0.0)

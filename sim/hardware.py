@@ -2,11 +2,14 @@
 
 Every throughput is the vendor's published *dense* figure (without 2:4 sparsity), in SI
 units: bytes, bytes per second, FLOP per second. Capacities of on-chip memories are in
-binary units (KiB, MiB) as the architecture documents give them; HBM capacity is the
-datasheet's decimal GB.
+binary units (KiB, MiB) as the architecture documents give them. Device memory is what the
+driver reports (`nvidia-smi --query-gpu=memory.total`, in MiB), not the datasheet's label:
+an "80 GB" H100 SXM has 81,559 MiB = 85.5e9 bytes.
 
 >>> get("H100-SXM").hbm_bandwidth_bytes_per_s
 3350000000000.0
+>>> get("H100-SXM").memory_bytes, get("H100-SXM").memory_label
+(85520809984, '80 GB')
 >>> names()
 ['H100-SXM', 'H200', 'A100-80GB', 'B200', 'L40S', 'RTX-4090']
 """
@@ -35,7 +38,8 @@ class GPU:
     name: str                            # catalogue key, e.g. "H100-SXM"
     display_name: str                    # e.g. "NVIDIA H100 SXM5 80GB"
     arch: str                            # "hopper", "ampere", "ada", "blackwell"
-    hbm_bytes: float                     # device memory capacity, bytes
+    memory_mib: int                      # device memory as the driver reports it (nvidia-smi memory.total), MiB
+    memory_label: str                    # the datasheet's marketing figure, for display only, e.g. "80 GB"
     hbm_bandwidth_bytes_per_s: float     # peak device-memory bandwidth
     dense_flops: Mapping[str, float]     # dtype -> dense tensor FLOP/s ("bf16", "fp16", "fp8", "fp4", "int8")
     sm_count: int
@@ -48,6 +52,11 @@ class GPU:
     boost_clock_hz: float | None = None  # SM clock used to derive on-chip bandwidths; None if unpublished
     fp32_lanes_per_sm: int | None = None  # FP32 cores per SM (register-operand derivation)
     l2_bytes_per_clock: int | None = None  # published L2 read bandwidth per clock, if any
+
+    @property
+    def memory_bytes(self) -> int:
+        """Device memory capacity in bytes: the driver-reported MiB x 2**20."""
+        return self.memory_mib * MiB
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s for `dtype`; ValueError lists the dtypes this chip has."""
@@ -74,16 +83,27 @@ _B200_SRC = "NVIDIA HGX B200 / DGX B200 datasheets (8-GPU totals divided by 8; d
 _B200_ONCHIP = ("CUDA C++ Programming Guide, compute capability 10.0 (64K 32-bit registers and a 256 KB "
                 "unified L1/shared memory per SM); SM count and L2 size are not on the datasheet: "
                 "148 SMs and 126 MB L2 as reported by CUDA device queries in public B200 measurements")
-_L40S_SRC = ("NVIDIA L40S datasheet (dense = half the '*with sparsity' figure); "
+_L40S_SRC = ("NVIDIA L40S datasheet (dense figures; the '*with sparsity' ones are about twice); "
              "NVIDIA Ada Lovelace architecture whitepaper (SM layout)")
 _L40S_CLOCK = "clock implied by the L40S datasheet's 91.6 TFLOP/s FP32 over 142 SMs x 128 FP32 lanes x 2 FLOP"
 _4090_SRC = ("NVIDIA Ada Lovelace GPU architecture whitepaper, RTX 4090 column "
              "(tensor figures with FP32 accumulate, dense)")
 
+# Device memory as the driver reports it: `nvidia-smi` memory.total, copied from public reports.
+_SMI = "nvidia-smi memory.total as reported by the driver"
+_H100_MEM = (f"{_SMI}: 81559MiB for 'NVIDIA H100 80GB HBM3' (driver 550.54.15), "
+             "github.com/NVIDIA/nccl/issues/1264; the same in github.com/modal-labs/modal-client/pull/2797")
+_H200_MEM = f"{_SMI}: 143771MiB for 'NVIDIA H200' (public nvidia-smi logs of 8-GPU H200 SXM systems, driver 570.158.01)"
+_A100_MEM = f"{_SMI}: 81920MiB for A100 80GB, github.com/modal-labs/modal-client/pull/2797"
+_B200_MEM = f"{_SMI}: 183359MiB for 'NVIDIA B200' (driver 580.95.05), github.com/NVIDIA/TensorRT-LLM/issues/10278"
+_L40S_MEM = (f"{_SMI}: 46068MiB for 'NVIDIA L40S' (driver 595.71.05), "
+             "github.com/akash-network/provider-configs/pull/99; the same in github.com/modal-labs/modal-client/pull/2797")
+_4090_MEM = f"{_SMI}: 24564MiB for 'NVIDIA GeForce RTX 4090' (driver 550.163.01), github.com/RLinf/RLinf/issues/255"
+
 CATALOGUE: dict[str, GPU] = {
     "H100-SXM": GPU(
         name="H100-SXM", display_name="NVIDIA H100 SXM5 80GB", arch="hopper",
-        hbm_bytes=80 * GB,                          # R4
+        memory_mib=81_559, memory_label="80 GB",     # nvidia-smi, see _H100_MEM
         hbm_bandwidth_bytes_per_s=3.35 * TB,        # R4: HBM3 3.35 TB/s
         dense_flops={"bf16": 989e12, "fp16": 989e12,  # R4: 1,979 TFLOP/s is the 2:4-sparse figure
                      "fp8": 1979e12, "int8": 1979e12},  # R4: 3,958 sparse
@@ -92,14 +112,14 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=256 * KiB,             # R30
         l2_bytes=50 * MiB,                          # R30
         nvlink_bandwidth_bytes_per_s=900 * GB,      # R4: NVLink 900 GB/s
-        sources={"all": _H100_SRC, "boost_clock_hz": _H100_CLOCK},
+        sources={"all": _H100_SRC, "boost_clock_hz": _H100_CLOCK, "memory_mib": _H100_MEM},
         memory_type="HBM3",                         # R4
         boost_clock_hz=1.98e9,                      # 67e12 / (132 * 128 * 2), see _H100_CLOCK
         fp32_lanes_per_sm=128,                      # R30: 128 FP32 cores per SM
     ),
     "H200": GPU(
         name="H200", display_name="NVIDIA H200 SXM 141GB", arch="hopper",
-        hbm_bytes=141 * GB,                         # NVIDIA H200 datasheet
+        memory_mib=143_771, memory_label="141 GB",   # nvidia-smi, see _H200_MEM
         hbm_bandwidth_bytes_per_s=4.8 * TB,         # NVIDIA H200 datasheet: HBM3e 4.8 TB/s
         dense_flops={"bf16": 989e12, "fp16": 989e12,  # same Hopper compute as H100 SXM
                      "fp8": 1979e12, "int8": 1979e12},
@@ -108,14 +128,14 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=256 * KiB,
         l2_bytes=50 * MiB,
         nvlink_bandwidth_bytes_per_s=900 * GB,
-        sources={"all": _H200_SRC, "boost_clock_hz": _H100_CLOCK},
+        sources={"all": _H200_SRC, "boost_clock_hz": _H100_CLOCK, "memory_mib": _H200_MEM},
         memory_type="HBM3e",                        # NVIDIA H200 datasheet
         boost_clock_hz=1.98e9,                      # H200 datasheet lists the same 67 TFLOP/s FP32 as H100 SXM
         fp32_lanes_per_sm=128,                      # R30
     ),
     "A100-80GB": GPU(
         name="A100-80GB", display_name="NVIDIA A100 SXM4 80GB", arch="ampere",
-        hbm_bytes=80 * GB,                          # A100 datasheet: 80 GB HBM2e
+        memory_mib=81_920, memory_label="80 GB",     # nvidia-smi, see _A100_MEM
         hbm_bandwidth_bytes_per_s=2039 * GB,       # A100 datasheet (80GB SXM): 2,039 GB/s
         dense_flops={"bf16": 312e12, "fp16": 312e12,  # A100 datasheet: 624 TFLOP/s is the sparse figure
                      "int8": 624e12},               # A100 datasheet: 1,248 TOPS sparse; no fp8 on Ampere
@@ -124,7 +144,7 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=192 * KiB,             # A100 whitepaper: 192 KB combined L1/shared per SM
         l2_bytes=40 * MiB,                          # A100 whitepaper
         nvlink_bandwidth_bytes_per_s=600 * GB,      # A100 datasheet: NVLink 600 GB/s
-        sources={"all": _A100_SRC},
+        sources={"all": _A100_SRC, "memory_mib": _A100_MEM},
         memory_type="HBM2e",                        # A100 datasheet
         boost_clock_hz=1.41e9,                      # A100 whitepaper: 1410 MHz boost
         fp32_lanes_per_sm=64,                       # A100 whitepaper: 64 FP32 cores per SM
@@ -132,7 +152,7 @@ CATALOGUE: dict[str, GPU] = {
     ),
     "B200": GPU(
         name="B200", display_name="NVIDIA B200 180GB", arch="blackwell",
-        hbm_bytes=180 * GB,                         # HGX B200 datasheet: 1,440 GB for 8 GPUs
+        memory_mib=183_359, memory_label="180 GB",   # nvidia-smi, see _B200_MEM (HGX B200: 1,440 GB for 8)
         hbm_bandwidth_bytes_per_s=8 * TB,           # HGX B200 datasheet: 64 TB/s for 8 GPUs
         dense_flops={"bf16": 2.25e15, "fp16": 2.25e15,  # HGX B200: 36 PFLOP/s sparse for 8 GPUs
                      "fp8": 4.5e15, "int8": 4.5e15,     # HGX B200: 72 PFLOP/s (POPS) sparse for 8 GPUs
@@ -142,29 +162,29 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=256 * KiB,             # CUDA Programming Guide, cc 10.0
         l2_bytes=126 * MiB,                         # see _B200_ONCHIP
         nvlink_bandwidth_bytes_per_s=1800 * GB,     # HGX B200 datasheet: NVLink 5, 1.8 TB/s per GPU
-        sources={"all": _B200_SRC, "on-chip": _B200_ONCHIP,
+        sources={"all": _B200_SRC, "on-chip": _B200_ONCHIP, "memory_mib": _B200_MEM,
                  "boost_clock_hz": "not published by NVIDIA; on-chip bandwidths are left undetermined"},
         memory_type="HBM3e",                        # HGX B200 datasheet
     ),
     "L40S": GPU(
         name="L40S", display_name="NVIDIA L40S 48GB", arch="ada",
-        hbm_bytes=48 * GB,                          # L40S datasheet: 48 GB GDDR6 with ECC
+        memory_mib=46_068, memory_label="48 GB",     # nvidia-smi, see _L40S_MEM
         hbm_bandwidth_bytes_per_s=864 * GB,         # L40S datasheet: 864 GB/s
-        dense_flops={"bf16": 366e12, "fp16": 366e12,  # L40S datasheet: 733 TFLOP/s with sparsity
-                     "fp8": 733e12, "int8": 733e12},  # L40S datasheet: 1,466 with sparsity
+        dense_flops={"bf16": 362.05e12, "fp16": 362.05e12,  # L40S datasheet: BF16/FP16 tensor 362.05 TFLOP/s dense
+                     "fp8": 733e12, "int8": 733e12},        # L40S datasheet: 1,466 with sparsity
         sm_count=142,                               # Ada whitepaper / L40S product brief
         register_file_bytes_per_sm=256 * KiB,       # Ada whitepaper: 64K 32-bit registers per SM
         smem_l1_bytes_per_sm=128 * KiB,             # Ada whitepaper: 128 KB L1/shared per SM
         l2_bytes=96 * MiB,                          # Ada whitepaper: 96 MB on AD102 as used by L40S
         nvlink_bandwidth_bytes_per_s=None,          # L40S datasheet: no NVLink (PCIe Gen4 x16)
-        sources={"all": _L40S_SRC, "boost_clock_hz": _L40S_CLOCK},
+        sources={"all": _L40S_SRC, "boost_clock_hz": _L40S_CLOCK, "memory_mib": _L40S_MEM},
         memory_type="GDDR6",
         boost_clock_hz=2.52e9,                      # 91.6e12 / (142 * 128 * 2), see _L40S_CLOCK
         fp32_lanes_per_sm=128,                      # Ada whitepaper
     ),
     "RTX-4090": GPU(
         name="RTX-4090", display_name="NVIDIA GeForce RTX 4090 24GB", arch="ada",
-        hbm_bytes=24 * GB,                          # Ada whitepaper: 24 GB GDDR6X
+        memory_mib=24_564, memory_label="24 GB",     # nvidia-smi, see _4090_MEM
         hbm_bandwidth_bytes_per_s=1008 * GB,        # Ada whitepaper: 1,008 GB/s
         dense_flops={"bf16": 165.2e12, "fp16": 165.2e12,  # Ada whitepaper, FP32 accumulate (330.3 with FP16 accumulate)
                      "fp8": 330.3e12,                     # Ada whitepaper, FP32 accumulate
@@ -174,7 +194,7 @@ CATALOGUE: dict[str, GPU] = {
         smem_l1_bytes_per_sm=128 * KiB,             # Ada whitepaper
         l2_bytes=72 * MiB,                          # Ada whitepaper: 72 MB on RTX 4090
         nvlink_bandwidth_bytes_per_s=None,          # no NVLink on RTX 4090
-        sources={"all": _4090_SRC},
+        sources={"all": _4090_SRC, "memory_mib": _4090_MEM},
         memory_type="GDDR6X",
         boost_clock_hz=2.52e9,                      # Ada whitepaper: 2520 MHz boost
         fp32_lanes_per_sm=128,                      # Ada whitepaper
@@ -221,6 +241,7 @@ class HierarchyResult:
     bandwidth_bytes_per_s: np.ndarray    # (levels,) whole chip; nan where no figure can be given
     bandwidth_basis: list[str]           # per level: how the bandwidth was obtained
     bandwidth_over_dram: np.ndarray      # (levels,) bandwidth / DRAM bandwidth
+    dram_over_capacity: np.ndarray       # (levels,) DRAM capacity / capacity: how many times smaller the level is
 
 
 def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) -> HierarchyResult:
@@ -249,7 +270,7 @@ def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) 
     levels = ["registers", "shared memory / L1", "L2 cache", dram]
     capacity = np.array([g.register_file_bytes_per_sm * g.sm_count,
                          g.smem_l1_bytes_per_sm * g.sm_count,
-                         g.l2_bytes, g.hbm_bytes], dtype=float)
+                         g.l2_bytes, g.memory_bytes], dtype=float)
     nan = math.nan
     if clock is None:
         reg_bw = smem_bw = l2_bw = nan
@@ -272,4 +293,5 @@ def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) 
     bandwidth = np.array([reg_bw, smem_bw, l2_bw, g.hbm_bandwidth_bytes_per_s], dtype=float)
     return HierarchyResult(gpu=g.display_name, levels=levels, capacity_bytes=capacity,
                            bandwidth_bytes_per_s=bandwidth, bandwidth_basis=basis,
-                           bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s)
+                           bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s,
+                           dram_over_capacity=g.memory_bytes / capacity)

@@ -24,12 +24,15 @@ from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
 from sim.models import ModelConfig, weight_bytes
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, StepCost, batch_grid, forward_pass, stored_weight_bytes
+from sim.roofline import (Batch, Precision, StepCost, batch_grid, context_where_kv_reads_equal_weights,  # noqa: F401
+                          forward_pass, stored_weight_bytes)
 
 GiB = 2 ** 30
 ATTENTION_KINDS = ("model", "mha", "gqa", "mqa")
 GQA_KV_HEADS = 8                    # R15: GQA with 8 KV heads (groups) stays close to MHA quality
 VLLM_GPU_MEMORY_UTILIZATION = 0.9   # vLLM engine argument gpu_memory_utilization, default 0.9 (vLLM docs)
+ACTIVATION_RESERVE_BYTES = 2 * GiB  # assumed: activation peak, workspaces and CUDA graphs kept out of the KV budget
+                                    # (vLLM measures its own with a profiling forward pass; 2 GiB is the guide's stand-in)
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, seq_len: int, batch: int = 1,
@@ -92,6 +95,24 @@ def sequences_that_fit(budget_bytes: float, model: Union[str, ModelConfig], cont
         tokens = math.ceil(context_tokens / block_size) * block_size
     per_seq = tokens * kv_bytes_per_token(model, kv_dtype)
     return int(budget_bytes // per_seq)
+
+
+def kv_budget_bytes(model: Union[str, ModelConfig], gpu, precision: Optional[Precision] = None,
+                    memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION,
+                    reserve_bytes: float = ACTIVATION_RESERVE_BYTES) -> float:
+    """Device memory left for the KV cache: utilisation x driver-reported memory - weights - reserve (>= 0).
+
+    vLLM's accounting: the engine may use `gpu_memory_utilization` of the device (0.9 by
+    default), loads the weights, keeps its profiled activation peak, and gives the rest to
+    the cache; here the activation peak is the stated `reserve_bytes`.
+
+    >>> round(kv_budget_bytes("llama-3.1-8b", "H100-SXM") / 1e9, 2)     # 0.9 x 85.52 - 16.06 - 2.15 GB
+    58.76
+    """
+    check_range("memory_utilisation", memory_utilisation, 0.0, 1.0)
+    check_non_negative("reserve_bytes", reserve_bytes)
+    m, g = resolve_model(model), resolve_gpu(gpu)
+    return max(memory_utilisation * g.memory_bytes - stored_weight_bytes(m, precision) - reserve_bytes, 0.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,15 +194,17 @@ class KVBudgetParams:
     gpu: str = "H100-SXM"
     context_tokens: int = 4096          # tokens per sequence
     memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION  # share of device memory the engine may use
-    budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights
+    reserve_bytes: float = ACTIVATION_RESERVE_BYTES  # kept for activations and workspaces, not the cache
+    budget_bytes: Optional[float] = None  # KV budget; None: utilisation x memory - weights - reserve
     precision: Precision = Precision()
-    block_size: int = 16                # R6: vLLM's default block size
+    block_size: int = 16                # vLLM engine argument block_size, default 16 on CUDA (vLLM docs)
     grid_points: int = 48               # batch sizes on the step-time curve
     cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         check_int("context_tokens", self.context_tokens, minimum=1)
         check_range("memory_utilisation", self.memory_utilisation, 0.0, 1.0)
+        check_non_negative("reserve_bytes", self.reserve_bytes)
         if self.budget_bytes is not None:
             check_non_negative("budget_bytes", self.budget_bytes)
         check_int("block_size", self.block_size, minimum=1)
@@ -192,8 +215,9 @@ class KVBudgetParams:
 class KVBudgetResult:
     """How many sequences fit, and how decode slows as their cache reads grow."""
 
-    device_bytes: float
+    device_bytes: float                  # driver-reported capacity (MiB x 2**20)
     weight_bytes: float
+    reserve_bytes: float                 # activations and workspaces, kept out of the budget
     budget_bytes: float                  # memory left for the KV cache
     kv_bytes_per_sequence: float         # whole blocks at context_tokens
     max_sequences: int                   # sequences that fit in the budget
@@ -210,18 +234,21 @@ class KVBudgetResult:
 def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[Calibration] = None) -> KVBudgetResult:
     """Sequences that fit in device memory at a context length, and decode time as the cache grows.
 
-    Budget = memory_utilisation x device memory - weights (vLLM's accounting, without the
-    activation peak). Each decode step reads all weights once and every sequence's cache,
-    so cache reads rival weight reads once B x context x bytes/token ~ weight bytes.
+    Budget = memory_utilisation x device memory - weights - reserve: vLLM's accounting
+    (gpu_memory_utilization of the driver-reported memory, less the weights and the peak
+    activation memory it profiles), with the activation peak replaced by a stated reserve.
+    Each decode step reads all weights once and every sequence's cache, so cache reads
+    rival weight reads once B x context x bytes/token ~ weight bytes.
 
-    >>> r = kv_budget()
-    >>> r.max_sequences                   # Llama 3.1 8B on H100 at 4,096 tokens: 55.9 GB / 0.54 GB
-    104
+    >>> r = kv_budget()          # Llama 3.1 8B on H100 at 4,096 tokens: 0.9 x 85.52 - 16.06 - 2.15 GB
+    >>> round(r.budget_bytes / 1e9, 1), r.max_sequences
+    (58.8, 109)
     """
     p = params
     m, g = resolve_model(p.model), resolve_gpu(p.gpu)
     wbytes = stored_weight_bytes(m, p.precision)
-    budget = p.budget_bytes if p.budget_bytes is not None else max(p.memory_utilisation * g.hbm_bytes - wbytes, 0.0)
+    budget = p.budget_bytes if p.budget_bytes is not None else kv_budget_bytes(
+        m, g, p.precision, p.memory_utilisation, p.reserve_bytes)
     per_token = kv_bytes_per_token(m, p.precision.kv_dtype)
     per_seq = math.ceil(p.context_tokens / p.block_size) * p.block_size * per_token
     n_fit = int(budget // per_seq)
@@ -234,7 +261,7 @@ def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[C
     w_read = np.full(len(grid), f1.weight_bytes)
     kv_read = grid * f1.kv_bytes
     return KVBudgetResult(
-        device_bytes=g.hbm_bytes, weight_bytes=wbytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
+        device_bytes=g.memory_bytes, weight_bytes=wbytes, reserve_bytes=p.reserve_bytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
         max_sequences=n_fit, batch_grid=grid, step_time_s=times, weight_bytes_read=w_read, kv_bytes_read=kv_read,
         kv_share_of_reads=kv_read / (kv_read + w_read), tokens_per_s_total=grid / times,
         batch_where_kv_reads_equal_weights=f1.weight_bytes / f1.kv_bytes, calibration_note=cost.calibration.note)

@@ -28,7 +28,7 @@ from sim.checks import check_int, check_non_negative, check_positive, check_rang
 from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, forward_pass, stored_weight_bytes
+from sim.roofline import Batch, Precision, forward_pass, launched_step_time_s, stored_weight_bytes
 
 PCIE_GEN4_X16_BYTES_PER_S = 32e9     # PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes ~ 32 GB/s each way (no-NVLink GPUs)
 ALLREDUCE_LATENCY_S = 10e-6          # assumed fixed cost of one small all-reduce (launch + synchronisation)
@@ -141,8 +141,8 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
     prec = Precision(weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     weights = stored_weight_bytes(m, prec)
     kv_total = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.context_tokens * p.users * bytes_per_elem(p.kv_dtype)
-    reserve = p.reserve_fraction * g.hbm_bytes
-    usable = g.hbm_bytes - reserve
+    reserve = p.reserve_fraction * g.memory_bytes
+    usable = g.memory_bytes - reserve
     f = forward_pass(m, g, Batch.decode(p.users, p.context_tokens), prec, cal, p.cuda_graphs)
     link = g.nvlink_bytes_per_s_per_direction or PCIE_GEN4_X16_BYTES_PER_S
     msg = p.users * m.hidden_size * bytes_per_elem(prec.act_dtype)
@@ -158,7 +158,7 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
             w_gpu = weights / (tp * pp)
             kv_gpu = kv_total / (pp * min(tp, m.num_kv_heads))
             used = w_gpu + kv_gpu + reserve
-            busy = 0.0
+            each = []                    # busy seconds of one instance of each op on one GPU
             for o in f.ops:
                 if o.kind == "elementwise":
                     t = o.time_s
@@ -166,18 +166,18 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
                     t = cal.op_time_s(o.flops / tp, o.act_bytes / tp + o.kv_bytes / min(tp, m.num_kv_heads), o.dtype)
                 else:
                     t = cal.op_time_s(o.flops / tp, o.nbytes / tp, o.dtype)
-                busy += o.count * max(t - launch, 0.0)
-            kernels = f.kernels
-            overhead = launch * (pp if p.cuda_graphs else kernels)
+                each.append(max(t - launch, 0.0))
+            # one graph launch per stage, or the eager launch queue (launches hide behind longer kernels)
+            compute = launched_step_time_s(each, f.ops, m.num_layers, launch * pp, p.cuda_graphs)
             comm = m.num_layers * 2 * allreduce_time_s(msg, tp, link) + (pp - 1) * (
                 INTERNODE_LATENCY_S + msg / INTERNODE_BYTES_PER_S)
-            step = busy + overhead + comm
+            step = compute + comm
             layouts.append(ParallelLayout(tp=tp, pp=pp, gpus=tp * pp, weight_bytes_per_gpu=w_gpu,
                                           kv_bytes_per_gpu=kv_gpu, reserve_bytes_per_gpu=reserve,
-                                          used_bytes_per_gpu=used, fits=used <= g.hbm_bytes, step_time_s=step,
+                                          used_bytes_per_gpu=used, fits=used <= g.memory_bytes, step_time_s=step,
                                           comm_time_s=comm, tokens_per_s_per_user=1.0 / step,
                                           tokens_per_s_total=p.users / step))
-            if used <= g.hbm_bytes:
+            if used <= g.memory_bytes:
                 break              # more stages would only add hand-offs
     layouts.sort(key=lambda l: (l.gpus, -l.tp))
     fitting = [l for l in layouts if l.fits]

@@ -3,7 +3,7 @@
 Each operation (a GEMM, the attention kernel, an elementwise kernel) moves some bytes
 through HBM and does some FLOPs. Its time is
 
-    time = launch overhead + max(bytes / effective bandwidth, FLOPs / effective FLOP/s)
+    time = busy time + launch overhead,   busy = max(bytes / effective bandwidth, FLOPs / effective FLOP/s)
 
 where the effective numbers come from `sim.calibration.for_gpu(gpu)`: a calibration
 fitted from recorded kernels when one exists for that device, otherwise the guide's
@@ -29,7 +29,12 @@ Conventions
   inputs and outputs once.
 - The embedding lookup reads only the rows of the tokens in the step, never the whole
   table; the output head reads all of its weights, for one token per sequence.
-- With `cuda_graphs=True` a step pays one launch instead of one per kernel (R2).
+- Launches are asynchronous. Eagerly, the host issues one kernel every
+  `HOST_DISPATCH_S_PER_KERNEL` (Python, framework dispatch, the launch call) while the GPU
+  works through the queue; a kernel starts when it has been issued and the one before it
+  has finished. Kernels longer than the dispatch hide the host's work; runs of shorter ones
+  leave the GPU waiting (`eager_step_time_s`). With `cuda_graphs=True` the host launches the
+  whole step once and the kernels run back to back: one launch plus the busy time (R2).
 
 >>> round(ridge_point("H100-SXM"))
 295
@@ -62,6 +67,8 @@ LOGITS_BYTES = 4.0             # logits are sampled in fp32
 ATTENTION_DTYPE = "bf16"       # FlashAttention-2 style kernels run QK^T and PV in bf16
 MATH_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 MODEL_LEVEL_OPS = ("embed", "final_norm", "lm_head", "sampling")   # once per forward pass, not per layer
+HOST_DISPATCH_S_PER_KERNEL = 10e-6   # assumed: host time to issue one kernel in an eager forward pass
+                                     # (Python, framework dispatch and cudaLaunchKernel); not from a trace
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,8 +438,9 @@ class ForwardResult:
     kv_bytes: float                  # KV cache read and written
     act_bytes: float                 # activations read and written
     bytes: float                     # all HBM traffic
-    kernels: int                     # kernels launched (without CUDA graphs)
-    launch_overhead_s: float         # launch cost in time_s
+    kernels: int                     # kernels in the step
+    host_dispatch_s: float           # host time to issue them one by one (eager), whether hidden or not
+    launch_overhead_s: float         # time_s - busy time: the graph launch, or the dispatch the GPU waited for
     time_s: float                    # step time = busy time + launch overhead
     memory_time_s: float             # sum over ops of bytes / effective bandwidth
     compute_time_s: float            # sum over ops of FLOPs / effective FLOP/s
@@ -459,16 +467,68 @@ class ForwardResult:
         return out
 
 
+def eager_step_time_s(pre: Sequence, layer: Sequence, post: Sequence, layers: int,
+                      dispatch_s: float = HOST_DISPATCH_S_PER_KERNEL):
+    """Time of a step whose kernels the host issues one by one, asynchronously.
+
+    The kernels run in order: `pre` (busy seconds of each, e.g. the embedding gather),
+    then `layer` repeated `layers` times, then `post`. The host issues kernel i at
+    (i + 1) x dispatch_s; the GPU starts it once it is issued and the previous kernel is
+    done, so end_i = max((i + 1) d, end_(i-1)) + busy_i, and the step ends with the last
+    kernel. Two limits: when every kernel outlasts the dispatch, the host runs ahead and
+    the step costs d + the busy time (the launches are hidden); when kernels are shorter,
+    the GPU waits and the step approaches kernels x d. Entries may be numpy arrays (one
+    step per element).
+
+    >>> round(float(eager_step_time_s([], [50e-6], [], layers=10, dispatch_s=10e-6)), 9)   # d + 10 x 50 us
+    0.00051
+    >>> round(float(eager_step_time_s([], [2e-6], [], layers=10, dispatch_s=10e-6)), 9)    # 10 x 10 us + 2 us
+    0.000102
+    """
+    d = float(dispatch_s)
+    lag = 0.0                     # how far the GPU's finish trails the host's latest issue
+    for b in pre:
+        lag = np.maximum(lag - d, 0.0) + b
+    done = 0
+    while done < layers:
+        start, waited = lag, False
+        for b in layer:
+            waited = waited | (lag < d)          # the GPU idled before this kernel
+            lag = np.maximum(lag - d, 0.0) + b
+        done += 1
+        # a layer that ended where it began repeats forever; one in which the GPU never waited
+        # and that ended later repeats its growth; either way the rest follows in closed form
+        if np.all((lag == start) | (~np.asarray(waited) & (lag >= start))):
+            lag = lag + (layers - done) * (lag - start)
+            break
+    for b in post:
+        lag = np.maximum(lag - d, 0.0) + b
+    return (len(pre) + layers * len(layer) + len(post)) * d + lag
+
+
+def launched_step_time_s(busy_by_spec: list, specs: list, layers: int, launch_s: float, cuda_graphs: bool):
+    """Step time from the busy seconds of one instance of each op (`specs`: ops with .name and .count, per-layer
+    ops in execution order, model-level ops anywhere): busy time + `launch_s` when the step replays CUDA graphs,
+    else the eager launch queue (`eager_step_time_s`)."""
+    if cuda_graphs:
+        return sum(s.count * b for s, b in zip(specs, busy_by_spec)) + launch_s
+    pre = [b for s, b in zip(specs, busy_by_spec) if s.name == "embed"]
+    post = [b for s, b in zip(specs, busy_by_spec) if s.name in MODEL_LEVEL_OPS and s.name != "embed"]
+    layer = [b for s, b in zip(specs, busy_by_spec) if s.name not in MODEL_LEVEL_OPS]
+    return eager_step_time_s(pre, layer, post, layers)
+
+
 def _assemble(m: ModelConfig, g: GPU, cal: Calibration, p: Precision, batch: Batch, ops: list,
               cuda_graphs: bool) -> ForwardResult:
     launch = cal.launch_overhead_s
     counts = np.array([o.count for o in ops], dtype=float)
     flops = np.array([o.flops for o in ops]) * counts
     nbytes = np.array([o.nbytes for o in ops]) * counts
-    busy = np.array([max(o.time_s - launch, 0.0) for o in ops]) * counts
+    each = [max(o.time_s - launch, 0.0) for o in ops]
+    busy = np.array(each) * counts
     kernels = int(counts.sum())
-    overhead = launch if cuda_graphs else launch * kernels
-    time_s = float(busy.sum()) + overhead
+    time_s = float(launched_step_time_s(each, ops, m.num_layers, launch, cuda_graphs))
+    overhead = time_s - float(busy.sum())
     total_flops = float(flops.sum())
     total_bytes = float(nbytes.sum())
     peak_flops = g.peak_flops(p.math_dtype)
@@ -479,7 +539,8 @@ def _assemble(m: ModelConfig, g: GPU, cal: Calibration, p: Precision, batch: Bat
         weight_bytes=float(sum(o.weight_bytes * o.count for o in ops)),
         kv_bytes=float(sum(o.kv_bytes * o.count for o in ops)),
         act_bytes=float(sum(o.act_bytes * o.count for o in ops)),
-        bytes=total_bytes, kernels=kernels, launch_overhead_s=overhead, time_s=time_s,
+        bytes=total_bytes, kernels=kernels, host_dispatch_s=kernels * HOST_DISPATCH_S_PER_KERNEL,
+        launch_overhead_s=overhead, time_s=time_s,
         memory_time_s=float(sum(o.memory_time_s * o.count for o in ops)),
         compute_time_s=float(sum(o.compute_time_s * o.count for o in ops)),
         tensor_core_utilisation=total_flops / (time_s * peak_flops),
@@ -491,8 +552,9 @@ def forward_pass(model: ModelLike, gpu: GpuLike, batch: Batch, precision: Option
                  calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> ForwardResult:
     """FLOPs, bytes and time of every op of one forward step over `batch` on `gpu`.
 
-    Step time = sum over kernels of max(bytes / BW, FLOPs / FLOP/s) + launch overhead
-    (one launch per kernel, or one per step with `cuda_graphs`).
+    Step time = sum over kernels of max(bytes / BW, FLOPs / FLOP/s) + what the launches add:
+    one launch with `cuda_graphs`; eagerly, whatever host dispatch the kernels do not
+    hide (`eager_step_time_s`).
 
     >>> r = forward_pass("llama-3.1-8b", "H100-SXM", Batch.decode(1, 1024), cuda_graphs=True)
     >>> round(r.weight_bytes / 1e9, 1)       # every weight except the embedding table
@@ -537,7 +599,7 @@ class _Summary:
     """Totals of a step (arrays when the step sizes are arrays)."""
 
     time_s: np.ndarray
-    launch_s: float
+    launch_s: np.ndarray       # time beyond the kernels' busy time (graph launch or exposed dispatch)
     busy_s: dict               # kind -> busy seconds
     weight_bytes: np.ndarray
     kv_bytes: np.ndarray
@@ -548,25 +610,25 @@ class _Summary:
 def _summarise(m: ModelConfig, p: Precision, cal: Calibration, tokens, logits, pairs, kv_read,
                cuda_graphs: bool) -> _Summary:
     """Step totals without building `Op` objects, vectorised over arrays of step sizes (logits >= 1)."""
-    specs = _token_specs(m, p, tokens) + _logit_specs(m, p, logits) + [_attention_spec(m, p, tokens, pairs, kv_read)]
+    specs = _token_specs(m, p, tokens)
+    specs = specs[:3] + [_attention_spec(m, p, tokens, pairs, kv_read)] + specs[3:] + _logit_specs(m, p, logits)
     launch = cal.launch_overhead_s
     zero = np.zeros(np.shape(tokens))
     busy = {"gemm": zero.copy(), "attention": zero.copy(), "elementwise": zero.copy()}
     wbytes, kvbytes, g_comp, g_mem = zero.copy(), zero.copy(), zero.copy(), zero.copy()
-    kernels = 0
     bw = cal.bandwidth_bytes_per_s
+    each = []
     for sp in specs:
-        busy[sp.kind] = busy[sp.kind] + sp.count * np.maximum(np.asarray(_spec_time_s(cal, sp, p.act_bytes)) - launch,
-                                                              0.0)
+        each.append(np.maximum(np.asarray(_spec_time_s(cal, sp, p.act_bytes)) - launch, 0.0))
+        busy[sp.kind] = busy[sp.kind] + sp.count * each[-1]
         wbytes = wbytes + sp.count * sp.weight_bytes
         kvbytes = kvbytes + sp.count * sp.kv_bytes
-        kernels += sp.count
         if sp.kind == "gemm":
             g_comp = g_comp + sp.count * sp.flops / cal.flops(sp.dtype)
             g_mem = g_mem + sp.count * (sp.weight_bytes + sp.act_bytes) / bw
-    launch_s = launch if cuda_graphs else launch * kernels
-    return _Summary(busy["gemm"] + busy["attention"] + busy["elementwise"] + launch_s, launch_s, busy, wbytes,
-                    kvbytes, g_comp, g_mem)
+    busy_total = busy["gemm"] + busy["attention"] + busy["elementwise"]
+    time_s = launched_step_time_s(each, specs, m.num_layers, launch, cuda_graphs) + zero
+    return _Summary(time_s, time_s - busy_total, busy, wbytes, kvbytes, g_comp, g_mem)
 
 
 def attention_share_of_prefill(model: ModelLike, gpu: GpuLike, prompt_tokens, precision: Optional[Precision] = None,
@@ -614,59 +676,60 @@ class StepCost:
         self.precision = precision or Precision()
         self.calibration = _calibration_for(self.gpu, calibration)
         self.cuda_graphs = cuda_graphs
-        self._tokens: dict = {}   # tokens -> busy seconds of the token-dependent ops
-        self._logits: dict = {0: 0.0}   # logits rows -> busy seconds of head + sampler
-        self._token_kernels = sum(s.count for s in _token_specs(self.model, self.precision, 1))
-        self._logit_kernels = len(_logit_specs(self.model, self.precision, 1))
+        # memoised per step size: (busy seconds of all instances, busy seconds of one instance of each op)
+        self._tokens: dict = {}   # tokens -> the token-dependent ops
+        self._logits: dict = {0: (0.0, ())}   # logits rows -> head + sampler
+        token_specs = _token_specs(self.model, self.precision, 1)
+        # kernel order of a step, for eager timing: attention is the fourth op of each layer
+        self._order = token_specs[:3] + [_attention_spec(self.model, self.precision, 1, 1, 1)] + token_specs[3:]
+        self._logit_order = _logit_specs(self.model, self.precision, 1)
 
-    def _busy(self, specs: list) -> np.ndarray:
+    def _busy(self, specs: list, n: int) -> tuple:
+        """(total busy seconds (n,), per-instance busy seconds of each spec (specs, n)) for n step sizes."""
         launch = self.calibration.launch_overhead_s
-        total = 0.0
-        for s in specs:
-            total = total + s.count * np.maximum(np.asarray(_spec_time_s(self.calibration, s,
-                                                                           self.precision.act_bytes)) - launch, 0.0)
-        return np.atleast_1d(total)
+        each = np.array([np.broadcast_to(np.maximum(np.asarray(
+            _spec_time_s(self.calibration, s, self.precision.act_bytes)) - launch, 0.0), (n,)) for s in specs])
+        counts = np.array([s.count for s in specs], dtype=float)
+        return counts @ each, each
+
+    def _memo(self, memo: dict, sizes, make) -> None:
+        n = np.unique(np.asarray(sizes, dtype=np.int64))
+        n = n[(n >= 1) & ~np.isin(n, list(memo))]
+        if n.size:
+            total, each = self._busy(make(n), n.size)
+            for j, k in enumerate(n.tolist()):
+                memo[k] = (float(total[j]), tuple(each[:, j].tolist()))
 
     def prime(self, tokens=(), logits=()) -> None:
         """Cost these token counts and logits row counts in one vectorised pass each."""
-        t = np.unique(np.asarray(tokens, dtype=np.int64))
-        t = t[(t >= 1) & ~np.isin(t, list(self._tokens))]
-        if t.size:
-            for n, b in zip(t.tolist(), self._busy(_token_specs(self.model, self.precision, t)).tolist()):
-                self._tokens[n] = b
-        s = np.unique(np.asarray(logits, dtype=np.int64))
-        s = s[(s >= 1) & ~np.isin(s, list(self._logits))]
-        if s.size:
-            for n, b in zip(s.tolist(), self._busy(_logit_specs(self.model, self.precision, s)).tolist()):
-                self._logits[n] = b
+        self._memo(self._tokens, tokens, lambda n: _token_specs(self.model, self.precision, n))
+        self._memo(self._logits, logits, lambda n: _logit_specs(self.model, self.precision, n))
 
-    def _token_busy(self, tokens: int) -> float:
-        hit = self._tokens.get(tokens)
-        if hit is None:
-            hit = float(self._busy(_token_specs(self.model, self.precision, tokens))[0])
-            self._tokens[tokens] = hit
-        return hit
+    def _token_entry(self, tokens: int) -> tuple:
+        if tokens not in self._tokens:
+            self._memo(self._tokens, [tokens], lambda n: _token_specs(self.model, self.precision, n))
+        return self._tokens[tokens]
 
-    def _logit_busy(self, logits: int) -> float:
-        hit = self._logits.get(logits)
-        if hit is None:
-            hit = float(self._busy(_logit_specs(self.model, self.precision, logits))[0])
-            self._logits[logits] = hit
-        return hit
+    def _logit_entry(self, logits: int) -> tuple:
+        if logits not in self._logits:
+            self._memo(self._logits, [logits], lambda n: _logit_specs(self.model, self.precision, n))
+        return self._logits[logits]
 
     def _attention_busy_s(self, tokens: int, pairs: int, kv_read: int) -> float:
+        """Busy seconds of ONE layer's attention kernel."""
         s = _attention_spec(self.model, self.precision, tokens, pairs, kv_read)
         cal = self.calibration
-        t = cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s
-        return s.count * max(t, 0.0)
+        return max(cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s, 0.0)
 
     def _total(self, tokens: int, logits: int, pairs: int, kv_read: int, cuda_graphs: Optional[bool]) -> float:
-        busy = self._token_busy(tokens) + self._logit_busy(logits) + self._attention_busy_s(tokens, pairs, kv_read)
-        launch = self.calibration.launch_overhead_s
+        tok_total, tok_each = self._token_entry(tokens)
+        log_total, log_each = self._logit_entry(logits)
+        attn = self._attention_busy_s(tokens, pairs, kv_read)
         if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
-            return busy + launch
-        kernels = self._token_kernels + self.model.num_layers + (self._logit_kernels if logits else 0)
-        return busy + launch * kernels
+            return tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
+        each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
+        specs = self._order + (self._logit_order if logits else [])
+        return float(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False))
 
     def time_s(self, new_tokens: Sequence[int], context_tokens: Sequence[int],
                logits_seqs: Optional[int] = None, cuda_graphs: Optional[bool] = None) -> float:
@@ -824,14 +887,54 @@ def batch_knee(model: ModelLike, gpu: GpuLike, precision: Optional[Precision] = 
     return 0.5 * (lo + hi)
 
 
+def decode_weight_bytes(model: ModelLike, precision: Optional[Precision] = None, seqs: int = 1) -> float:
+    """Weight bytes one decode step of `seqs` sequences reads: every block weight, the norms
+    and the output head once, and one embedding row per sequence.
+
+    The embedding table is a lookup, not a matrix multiply: the step gathers the row of each
+    new token and never reads the rest. So a step of Llama 3.1 8B reads 15.01 GB of its
+    16.06 GB of bf16 weights (the 1.05 GB table is the difference); a model whose head is
+    tied to its embedding reads the table whole, through the head.
+
+    >>> round(decode_weight_bytes("llama-3.1-8b") / 1e9, 2), round(stored_weight_bytes("llama-3.1-8b") / 1e9, 2)
+    (15.01, 16.06)
+    """
+    m = resolve_model(model)
+    check_int("seqs", seqs, minimum=1)
+    return float(sum(s.count * s.weight_bytes for s in _fixed_specs(m, precision or Precision(), seqs, seqs)))
+
+
+def context_where_kv_reads_equal_weights(model: ModelLike, batch: int = 1,
+                                         precision: Optional[Precision] = None) -> float:
+    """Context per sequence (tokens) at which one decode step reads as many KV-cache bytes as weight bytes.
+
+    A decode step of `batch` sequences at context C reads the weights once
+    (`decode_weight_bytes`) and batch x C x (2 x layers x KV heads x head_dim x KV bytes) of
+    cache. Below this context the weights dominate and the step time is nearly flat in C;
+    above it the cache does, and the step grows in proportion to C. The GPU does not enter:
+    both are bytes.
+
+    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b"))        # 15.01 GB / 128 KiB
+    114516
+    >>> round(context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16))
+    7157
+    """
+    m = resolve_model(model)
+    check_int("batch", batch, minimum=1)
+    p = precision or Precision()
+    kv_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.kv_bytes
+    return decode_weight_bytes(m, p, batch) / (batch * kv_per_token)
+
+
 @dataclass(frozen=True)
 class DecodeCeiling:
     """Peak-hardware bounds on single-user decode: the guide's opening paradox."""
 
     model: str
     gpu: str
-    weight_bytes: float             # weights one token uses (all of them for a dense model)
-    flops_per_token: float          # 2 FLOPs per weight used (R3)
+    weight_bytes: float             # weights one token reads (decode_weight_bytes: all but the embedding table)
+    stored_weight_bytes: float      # the whole model, embedding table included
+    flops_per_token: float          # 2 FLOPs per weight multiplied (R3): the GEMMs of one token
     step_time_s: float              # weight_bytes / peak bandwidth
     tokens_per_s: float             # 1 / step_time_s: one user's ceiling
     compute_time_s: float           # flops_per_token / peak FLOP/s
@@ -840,22 +943,25 @@ class DecodeCeiling:
 
 
 def decode_ceiling(model: ModelLike, gpu: GpuLike, dtype: str = "bf16") -> DecodeCeiling:
-    """Single-user decode at peak bandwidth vs at peak FLOP/s, counting each weight once per token.
+    """Single-user decode at peak bandwidth vs at peak FLOP/s, reading each weight the step uses once.
 
-    Llama 3.1 8B on H100 SXM in bf16: 16.06 GB / 3.35 TB/s = 4.8 ms per token (~200
-    tokens/s), while its 16 GFLOP take 16 us at 989 TFLOP/s (~60,000 tokens/s) (R3, R4).
+    Llama 3.1 8B on H100 SXM in bf16: 15.01 GB / 3.35 TB/s = 4.5 ms per token (~220
+    tokens/s), while its 15 GFLOP take 15 us at 989 TFLOP/s (~66,000 tokens/s) (R3, R4).
+    The bytes and FLOPs are those of the simulated forward pass without a KV cache
+    (`decode_weight_bytes`), so every chapter uses the same figure.
 
     >>> c = decode_ceiling("llama-3.1-8b", "H100-SXM")
     >>> round(c.tokens_per_s), round(c.compute_tokens_per_s, -3)
-    (209, 62000.0)
+    (223, 66000.0)
     """
     m, g = resolve_model(model), resolve_gpu(gpu)
-    params = parameter_breakdown(m).active
-    wbytes = params * bytes_per_elem(dtype)
-    flops = 2.0 * params
-    peak = g.peak_flops(arithmetic_dtype(dtype, dtype))
+    p = Precision(weight_dtype=dtype, act_dtype=dtype)
+    wbytes = decode_weight_bytes(m, p)
+    flops = float(sum(s.count * s.flops for s in _fixed_specs(m, p, 1, 1) if s.kind == "gemm"))
+    peak = g.peak_flops(p.math_dtype)
     step = wbytes / g.hbm_bandwidth_bytes_per_s
-    return DecodeCeiling(model=m.display_name, gpu=g.display_name, weight_bytes=wbytes, flops_per_token=flops,
+    return DecodeCeiling(model=m.display_name, gpu=g.display_name, weight_bytes=wbytes,
+                         stored_weight_bytes=stored_weight_bytes(m, p), flops_per_token=flops,
                          step_time_s=step, tokens_per_s=1.0 / step, compute_time_s=flops / peak,
                          compute_tokens_per_s=peak / flops, flops_per_byte=flops / wbytes)
 
@@ -876,11 +982,14 @@ class DecodeMeterParams:
     steps: int = 32                     # decode steps to show
     precision: Precision = Precision()
     cuda_graphs: bool = True            # a decode step replayed as one graph (R2)
+    kv_cache: bool = True               # False: no cache, every step recomputes the whole prefix
 
     def __post_init__(self) -> None:
         check_int("batch", self.batch, minimum=1)
         check_int("prompt_tokens", self.prompt_tokens, minimum=0)
         check_int("steps", self.steps, minimum=1, maximum=100_000)
+        if not isinstance(self.kv_cache, bool):
+            raise ValueError(f"kv_cache must be True or False, got {self.kv_cache!r}")
 
 
 @dataclass(frozen=True)
@@ -917,8 +1026,16 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
     are affine in the context (weights fixed, KV reads growing), so they are computed
     exactly from two forward passes; times come from `StepCost`.
 
+    With `kv_cache=False` nothing is kept between steps: step s pushes the whole prefix,
+    prompt_tokens + s tokens per user, through the model again to get one new token
+    (R14). Its FLOPs grow with the prefix (attention's with its square), the step turns
+    compute-bound, and the total time grows with the square of the length.
+
     >>> r = decode_meter()
     >>> bool(r.tensor_core_utilisation.max() < 0.01)     # one user: well under 1%
+    True
+    >>> nc = decode_meter(DecodeMeterParams(kv_cache=False))
+    >>> bool(nc.step_time_s[-1] > nc.step_time_s[0] > 2 * r.step_time_s[0])
     True
     """
     p = params
@@ -926,6 +1043,8 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
     cost = StepCost(m, g, p.precision, calibration, p.cuda_graphs)
     steps = np.arange(1, p.steps + 1)
     ctx = p.prompt_tokens + steps - 1
+    if not p.kv_cache:
+        return _recompute_meter(p, m, g, cost, steps, ctx)
     f0 = forward_pass(m, g, Batch.decode(p.batch, int(ctx[0])), p.precision, cost.calibration, p.cuda_graphs)
     f1 = forward_pass(m, g, Batch.decode(p.batch, int(ctx[0]) + 1), p.precision, cost.calibration, p.cuda_graphs)
     dc = ctx - ctx[0]
@@ -949,6 +1068,35 @@ def decode_meter(params: DecodeMeterParams = DecodeMeterParams(),
         cumulative_bytes=np.cumsum(total), tokens_generated=steps * p.batch,
         memory_floor_s=total / bw, compute_floor_s=flops / peak_f,
         tokens_per_s_per_user=float(p.steps / cum_t[-1]), tokens_per_s_total=float(p.batch * p.steps / cum_t[-1]),
+        peak_flops_per_s=peak_f, peak_bandwidth_bytes_per_s=bw, calibration_note=cost.calibration.note)
+
+
+def _recompute_meter(p: DecodeMeterParams, m: ModelConfig, g: GPU, cost: StepCost, steps: np.ndarray,
+                     ctx: np.ndarray) -> DecodeMeterResult:
+    """The decode meter without a KV cache: step s runs the whole prefix (ctx + 1 tokens per user)."""
+    n = (ctx + 1).astype(np.int64)               # tokens each user pushes through the model (int64: token x width
+                                                 # products pass 2**31, and numpy's default int is 32-bit in wasm)
+    B = p.batch
+    specs = _fixed_specs(m, p.precision, B * n, B)
+    specs.append(_attention_spec(m, p.precision, B * n, B * n * (n + 1) // 2, B * n))   # causal over the prefix
+    zero = np.zeros(len(n))
+    flops = sum((s.count * s.flops for s in specs), zero)
+    weights = sum((s.count * s.weight_bytes for s in specs), zero)
+    kv = sum((s.count * s.kv_bytes for s in specs), zero)
+    total = weights + kv + sum((s.count * s.act_bytes for s in specs), zero)
+    cost.prime(tokens=B * n, logits=[B])
+    times = np.array([cost.uniform_time_s(B, int(k), 0, logits_seqs=B) for k in n])
+    peak_f = g.peak_flops(p.precision.math_dtype)
+    bw = g.hbm_bandwidth_bytes_per_s
+    cum_t = np.cumsum(times)
+    return DecodeMeterResult(
+        step=steps, context_tokens=np.zeros_like(ctx), step_time_s=times, bytes_per_step=total,
+        weight_bytes_per_step=weights, kv_bytes_per_step=kv, flops_per_step=flops,
+        flops_per_byte=flops / total, tensor_core_utilisation=flops / (times * peak_f),
+        bandwidth_utilisation=total / (times * bw), cumulative_time_s=cum_t,
+        cumulative_bytes=np.cumsum(total), tokens_generated=steps * B,
+        memory_floor_s=total / bw, compute_floor_s=flops / peak_f,
+        tokens_per_s_per_user=float(p.steps / cum_t[-1]), tokens_per_s_total=float(B * p.steps / cum_t[-1]),
         peak_flops_per_s=peak_f, peak_bandwidth_bytes_per_s=bw, calibration_note=cost.calibration.note)
 
 
@@ -994,7 +1142,8 @@ class PhaseResult:
     prefill_tokens_per_s: float         # prompt tokens processed per second
     decode_tokens_per_s_per_user: float
     time_per_prompt_token_s: float
-    time_per_output_token_s: float
+    time_per_output_token_s: float      # mean decode step
+    kv_equals_weights_context_tokens: float  # context at which a decode step reads as much cache as weights
 
 
 def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calibration] = None) -> PhaseResult:
@@ -1002,7 +1151,9 @@ def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calib
 
     Prefill processes all prompt tokens of all `batch` requests in one pass; its logits
     give the first output token (R1, R2). Decode then runs output_tokens - 1 steps, the
-    cache growing by one token per step.
+    cache growing by one token per step: each step reads the weights and the whole cache,
+    so its time grows with the context, slowly while the cache is small next to the
+    weights and in proportion once it passes `kv_equals_weights_context_tokens`.
 
     >>> r = phase_times()
     >>> r.prefill_bound, r.decode_bound
@@ -1025,7 +1176,8 @@ def phase_times(params: PhaseParams = PhaseParams(), calibration: Optional[Calib
         prefill_tokens_per_s=p.prompt_tokens * p.batch / pre.time_s,
         decode_tokens_per_s_per_user=(len(steps) / decode_time) if len(steps) else math.nan,
         time_per_prompt_token_s=pre.time_s / (p.prompt_tokens * p.batch),
-        time_per_output_token_s=float(steps.mean()) if len(steps) else math.nan)
+        time_per_output_token_s=float(steps.mean()) if len(steps) else math.nan,
+        kv_equals_weights_context_tokens=context_where_kv_reads_equal_weights(m, p.batch, p.precision))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1308,7 +1460,7 @@ def sweep_batch(params: BatchSweepParams = BatchSweepParams(),
     comp = sm.gemm_compute_s > sm.gemm_memory_s
     wtotal = stored_weight_bytes(m, p.precision)
     kv_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.precision.kv_bytes
-    fits = wtotal + grid * (p.context_tokens + 1) * kv_per_token <= g.hbm_bytes
+    fits = wtotal + grid * (p.context_tokens + 1) * kv_per_token <= g.memory_bytes
     j = int(np.searchsorted(grid, p.batch))
     return BatchSweepResult(
         batch_grid=grid, step_time_s=step, tokens_per_s_total=grid / step, tokens_per_s_per_user=1.0 / step,

@@ -47,7 +47,7 @@ import numpy as np
 from sim.calibration import Calibration
 from sim.checks import check_choice, check_int, check_non_negative, checked_params
 from sim.hardware import resolve as resolve_gpu
-from sim.kv import VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token
+from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.models import resolve as resolve_model
 from sim.roofline import Precision, StepCost, stored_weight_bytes
 
@@ -247,13 +247,13 @@ class _Req:
 
 
 def default_kv_capacity_tokens(params: SchedulerParams) -> int:
-    """KV tokens that fit in 0.9 x device memory minus the weights (vLLM's accounting).
+    """KV tokens that fit in the KV budget (`sim.kv.kv_budget_bytes`: vLLM's accounting).
 
-    >>> default_kv_capacity_tokens(SchedulerParams())      # Llama 3.1 8B on H100: (72 - 16.06) GB / 128 KiB
-    426784
+    >>> default_kv_capacity_tokens(SchedulerParams())      # Llama 3.1 8B on H100: 58.76 GB / 128 KiB
+    448308
     """
     m, g = resolve_model(params.model), resolve_gpu(params.gpu)
-    budget = VLLM_GPU_MEMORY_UTILIZATION * g.hbm_bytes - stored_weight_bytes(m, params.precision)
+    budget = kv_budget_bytes(m, g, params.precision)
     if budget <= 0:
         raise ValueError(f"{m.display_name} weights do not fit on {g.display_name}")
     return int(budget // kv_bytes_per_token(m, params.precision.kv_dtype))

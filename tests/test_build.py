@@ -202,3 +202,24 @@ def test_pages_load_nothing_from_other_hosts(site_dir):
         offenders += [f"{p.name}: {u}" for u in re.findall(r'\ssrc="((?:https?:)?//[^"]+)"', text)]
         offenders += [f"{p.name}: {u}" for u in re.findall(r'<link [^>]*href="((?:https?:)?//[^"]+)"', text)]
     assert offenders == []
+
+
+def test_table_of_contents_lists_written_then_planned_chapters(tmp_path, monkeypatch):
+    chapters = build.read_chapters()
+    rows = build.table_of_contents(chapters)
+    assert [r["number"] for r in rows] == sorted(r["number"] for r in rows)
+    written = [r for r in rows if r["file"]]
+    assert [(r["number"], r["title"], r["file"]) for r in written] == [(c.number, c.title, c.file) for c in chapters]
+    assert all(r["summary"] for r in rows) and len(rows) > len(chapters)
+    # a planned chapter that has been written must leave the plan
+    (tmp_path / "plan.toml").write_text('[[planned]]\nnumber = 3\ntitle = "x"\nsummary = "y"\n')
+    monkeypatch.setattr(build, "SITE_SRC", tmp_path)
+    with pytest.raises(build.BuildError, match="chapter 3 is written now"):
+        build.table_of_contents(chapters)
+
+
+def test_chapter_zero_contents_table_is_generated(site_dir):
+    html = (site_dir / "ch00-memory-wall.html").read_text()
+    for c in build.read_chapters()[1:]:
+        assert f'<a href="{c.file}">{c.number}. {c.title}</a>' in html
+    assert "(in preparation)" in html

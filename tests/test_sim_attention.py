@@ -66,3 +66,17 @@ def test_split_kv_decode():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_thread_blocks_depend_on_how_heads_are_packed():
+    # Llama 3.1 8B, one sequence: 8 blocks when the 4 query heads of a KV group share one, 32 as FlashAttention-2
+    packed = attention.split_kv_decode(attention.SplitKVParams(), calibration=SPEC)
+    per_q = attention.split_kv_decode(attention.SplitKVParams(blocks_per="query_head"), calibration=SPEC)
+    assert packed.work_units[0] == 8 and per_q.work_units[0] == 32
+    assert per_q.work_units.tolist() == (4 * packed.work_units).tolist()
+    # both read the same cache; with more blocks to start from, fewer splits fill the 132 SMs
+    assert per_q.kv_bytes == packed.kv_bytes
+    assert (packed.best_splits, per_q.best_splits) == (32, 8)
+    assert per_q.speedup_best_vs_unsplit < packed.speedup_best_vs_unsplit
+    with pytest.raises(ValueError, match="unknown blocks_per 'warp'; valid values: kv_head, query_head"):
+        attention.SplitKVParams(blocks_per="warp")

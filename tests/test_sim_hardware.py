@@ -19,7 +19,8 @@ def test_catalogue_has_the_required_gpus():
 def test_every_gpu_is_sourced_and_sane(name):
     g = hardware.get(name)
     assert g.sources and all(g.sources.values())
-    assert g.hbm_bytes > 1e9 and g.hbm_bandwidth_bytes_per_s > 1e11
+    assert g.memory_bytes > 1e9 and g.hbm_bandwidth_bytes_per_s > 1e11
+    assert g.sources["memory_mib"].startswith("nvidia-smi memory.total")
     assert {"bf16", "fp16", "int8"} <= set(g.dense_flops)
     assert g.sm_count > 0 and g.register_file_bytes_per_sm == 256 * 1024
     assert g.l2_bytes > 0 and g.smem_l1_bytes_per_sm >= 128 * 1024
@@ -40,8 +41,29 @@ def test_published_dense_figures():
     assert hardware.get("A100-80GB").hbm_bandwidth_bytes_per_s == 2.039e12
     assert hardware.get("B200").peak_flops("bf16") == 2.25e15 and hardware.get("B200").peak_flops("fp4") == 9e15
     assert hardware.get("L40S").hbm_bandwidth_bytes_per_s == 864e9
-    assert hardware.get("RTX-4090").hbm_bytes == 24e9
+    assert hardware.get("L40S").peak_flops("bf16") == 362.05e12     # L40S datasheet, dense (733 with sparsity)
     assert hardware.get("RTX-4090").nvlink_bandwidth_bytes_per_s is None
+
+
+# memory.total as nvidia-smi reports it on each device, MiB (the sources name the reports)
+DRIVER_MIB = {"H100-SXM": 81_559, "H200": 143_771, "A100-80GB": 81_920, "B200": 183_359, "L40S": 46_068,
+              "RTX-4090": 24_564}
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_capacity_is_the_driver_reported_mib_not_the_label(name):
+    g = hardware.get(name)
+    assert g.memory_mib == DRIVER_MIB[name]
+    assert g.memory_bytes == DRIVER_MIB[name] * 2 ** 20
+    label_bytes = float(g.memory_label.removesuffix(" GB")) * 1e9
+    # the label is a rounded figure (decimal GB, or GiB written "GB" as on the A100: +7.4%), never the capacity
+    assert g.memory_bytes != label_bytes and abs(g.memory_bytes / label_bytes - 1) < 0.08
+
+
+def test_h100_has_85_5_GB_not_80():
+    g = hardware.get("H100-SXM")
+    assert g.memory_bytes == 85_520_809_984 and g.memory_label == "80 GB"
+    assert g.memory_bytes / 2 ** 30 == pytest.approx(79.65, abs=0.01)
 
 
 def test_clocks_reproduce_the_datasheet_fp32_figures():
@@ -84,7 +106,10 @@ def test_h100_hierarchy_values():
     r = hardware.memory_hierarchy("H100-SXM")
     assert r.capacity_bytes[0] == 132 * 256 * 1024
     assert r.bandwidth_bytes_per_s[1] == pytest.approx(132 * 128 * 1.98e9)    # 33.5 TB/s
-    assert "assumed" in r.bandwidth_basis[2]
+    assert r.bandwidth_basis[2].startswith("assumed")      # no published H100 L2 bandwidth: labelled so
+    # the ladder the chapter teaches: about 120x HBM's bandwidth in the registers, 1/2,471 of its capacity
+    assert round(r.bandwidth_over_dram[0]) == 120 and round(r.dram_over_capacity[0]) == 2471
+    assert round(r.dram_over_capacity[2]) == 1631 and r.capacity_bytes[3] == 81_559 * 2 ** 20
 
 
 def test_b200_on_chip_bandwidth_is_left_unknown():

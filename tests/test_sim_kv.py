@@ -50,7 +50,10 @@ def test_sequences_that_fit_with_blocks():
 
 def test_budget_accounting_and_step_time_growth():
     r = kv.kv_budget(kv.KVBudgetParams(context_tokens=4096), calibration=SPEC)
-    assert r.budget_bytes == pytest.approx(0.9 * 80e9 - models.weight_bytes("llama-3.1-8b"))
+    # vLLM's accounting on the driver-reported 81,559 MiB, less the stated activation reserve
+    assert r.device_bytes == 81_559 * 2 ** 20
+    assert r.budget_bytes == pytest.approx(0.9 * 81_559 * 2 ** 20 - models.weight_bytes("llama-3.1-8b") - 2 * 2 ** 30)
+    assert r.max_sequences == 109 and round(r.budget_bytes / 1e9, 1) == 58.8
     assert r.max_sequences == int(r.budget_bytes // (4096 * 128 * 1024))
     assert r.batch_grid[-1] == r.max_sequences
     assert np.all(np.diff(r.step_time_s) > 0)
@@ -81,7 +84,28 @@ def test_explicit_budget_and_weights_too_big():
     (lambda: kv.sequences_that_fit(-1, "llama-3.1-8b", 10), "budget_bytes must be >= 0"),
     (lambda: kv.KVSizeParams(kv_dtype="fp6"), "valid dtypes"),
     (lambda: kv.KVBudgetParams(memory_utilisation=1.5), r"memory_utilisation must be in \[0.0, 1.0\]"),
+    (lambda: kv.KVBudgetParams(reserve_bytes=-1), "reserve_bytes must be >= 0"),
+    (lambda: kv.kv_budget_bytes("llama-3.1-8b", "H100-SXM", reserve_bytes=float("nan")), "reserve_bytes must be finite"),
+    (lambda: kv.context_where_kv_reads_equal_weights("llama-3.1-8b", batch=0), "batch must be >= 1"),
 ])
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_decode_step_grows_with_context_past_the_crossover():
+    # Llama 3.1 8B on an H100, one user: the cache reads equal the 15.01 GB of weights at 114,516 tokens
+    c_eq = kv.context_where_kv_reads_equal_weights("llama-3.1-8b")
+    assert c_eq == pytest.approx(15_009_857_536 / (128 * 1024))
+    f = roofline.decode_step("llama-3.1-8b", "H100-SXM", 1, round(c_eq), calibration=SPEC)
+    assert f.kv_bytes == pytest.approx(f.weight_bytes, rel=1e-4)
+    # so the time per output token is not independent of the context: about 5.7 ms at 1K, 12 ms at 128K
+    short = roofline.phase_times(roofline.PhaseParams(prompt_tokens=1024), calibration=SPEC)
+    long = roofline.phase_times(roofline.PhaseParams(prompt_tokens=131072), calibration=SPEC)
+    assert short.time_per_output_token_s == pytest.approx(5.7e-3, rel=0.02)
+    assert long.time_per_output_token_s == pytest.approx(12.0e-3, rel=0.02)
+    # nearly flat well below the crossover (8K adds under 7%), in proportion to the bytes beyond it
+    mid = roofline.phase_times(roofline.PhaseParams(prompt_tokens=8192), calibration=SPEC)
+    assert mid.time_per_output_token_s < 1.07 * short.time_per_output_token_s
+    # sixteen users share the weight reads, so the crossover comes 16 times sooner
+    assert kv.context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16) == pytest.approx(c_eq / 16, rel=1e-4)

@@ -92,12 +92,46 @@ def test_uniform_and_primed_costs_agree():
         fresh.time_s([4] * 3, [7] * 3, logits_seqs=0), rel=1e-12)
 
 
-def test_cuda_graphs_save_all_but_one_launch():
-    b = Batch.decode(8, 1000)
+def _event_loop(busy: list, d: float) -> float:
+    """Kernel i is issued by the host at (i + 1) d and starts when issued and its predecessor is done."""
+    end = 0.0
+    for i, b in enumerate(busy):
+        end = max((i + 1) * d, end) + b
+    return end
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 40e-6), max_size=3), st.lists(st.floats(0, 40e-6), min_size=1, max_size=9),
+       st.lists(st.floats(0, 40e-6), max_size=3), st.integers(1, 40), st.floats(1e-6, 20e-6))
+def test_eager_step_is_the_launch_queue(pre, layer, post, layers, d):
+    # the closed-form shortcut over repeated layers gives exactly the kernel-by-kernel queue
+    t = roofline.eager_step_time_s(pre, layer, post, layers, d)
+    busy = pre + layer * layers + post
+    assert t == pytest.approx(_event_loop(busy, d), rel=1e-9, abs=1e-15)
+    # launches are asynchronous: never less than the host's issue time or d + the GPU's work, never their sum
+    assert max(len(busy) * d, d + sum(busy)) - 1e-15 <= t <= len(busy) * d + sum(busy) + 1e-15
+
+
+def test_eager_step_is_vectorised_over_step_sizes():
+    layer = [np.array([50e-6, 1e-6]), np.array([2e-6, 2e-6])]
+    t = roofline.eager_step_time_s([], layer, [], layers=20, dispatch_s=10e-6)
+    assert t.tolist() == pytest.approx([_event_loop([50e-6, 2e-6] * 20, 10e-6), _event_loop([1e-6, 2e-6] * 20, 10e-6)])
+
+
+def test_cuda_graphs_matter_only_where_the_host_is_slower_than_the_gpu():
+    d = roofline.HOST_DISPATCH_S_PER_KERNEL
+    b = Batch.decode(1, 1024)
     eager = roofline.forward_pass(M8, H100, b, calibration=SPEC, cuda_graphs=False)
     graph = roofline.forward_pass(M8, H100, b, calibration=SPEC, cuda_graphs=True)
     assert eager.kernels == 32 * 9 + 4                  # 9 kernels per layer + embed, norm, head, sampler
-    assert eager.time_s - graph.time_s == pytest.approx((eager.kernels - 1) * LAUNCH)
+    assert graph.time_s == pytest.approx(graph.op_busy_time_s.sum() + LAUNCH)
+    # Llama 3.1 8B: the host's 2.9 ms of dispatch hides behind 5.7 ms of kernels; not the sum of the two
+    assert eager.host_dispatch_s == pytest.approx(292 * d)
+    assert eager.time_s < graph.time_s + 0.1e-3 < eager.host_dispatch_s + graph.time_s
+    # Llama 3.2 1B: its kernels are shorter than the dispatch, the GPU waits and graphs pay off
+    e1 = roofline.forward_pass("llama-3.2-1b", H100, b, calibration=SPEC, cuda_graphs=False)
+    g1 = roofline.forward_pass("llama-3.2-1b", H100, b, calibration=SPEC, cuda_graphs=True)
+    assert e1.time_s >= e1.host_dispatch_s and e1.time_s > 1.5 * g1.time_s
 
 
 def test_prefill_compute_bound_decode_memory_bound():
@@ -260,3 +294,27 @@ def test_attention_share_of_prefill_matches_the_forward_pass():
     assert share[0] < share[1] < share[2]
     with pytest.raises(ValueError, match="lengths >= 1"):
         roofline.attention_share_of_prefill(M8, H100, [0])
+
+
+@pytest.mark.parametrize("model, batch", [(M8, 1), (M8, 64), ("mixtral-8x7b", 3)])
+def test_decode_meter_without_a_cache_recomputes_the_prefix(model, batch):
+    p = roofline.DecodeMeterParams(model=model, batch=batch, kv_cache=False, steps=8)
+    r = roofline.decode_meter(p, calibration=SPEC)
+    for i in (0, 7):
+        n = p.prompt_tokens + i + 1               # the whole prefix, newest token included
+        f = roofline.forward_pass(model, H100, Batch((n,) * batch, (0,) * batch, logits_seqs=batch),
+                                  calibration=SPEC, cuda_graphs=True)
+        assert r.step_time_s[i] == pytest.approx(f.time_s, rel=1e-12)
+        assert (r.flops_per_step[i], r.bytes_per_step[i]) == pytest.approx((f.flops, f.bytes), rel=1e-12)
+
+
+def test_without_a_cache_the_counter_runs_away():
+    kept = roofline.decode_meter(roofline.DecodeMeterParams(steps=256), calibration=SPEC)
+    none = roofline.decode_meter(roofline.DecodeMeterParams(steps=256, kv_cache=False), calibration=SPEC)
+    # with the cache a step does ~15 GFLOP; without it, the whole 512+ token prefix again: compute-bound
+    assert none.flops_per_step[0] > 400 * kept.flops_per_step[0]     # 513 tokens, but one row of logits
+    assert none.compute_floor_s[0] > none.memory_floor_s[0] and kept.compute_floor_s[0] < kept.memory_floor_s[0]
+    # every step costs more than the last, and the total grows faster than the number of steps
+    assert np.all(np.diff(none.step_time_s) > 0)
+    assert none.step_time_s[-1] > 1.3 * none.step_time_s[0]
+    assert none.cumulative_time_s[-1] > 2 * kept.cumulative_time_s[-1]

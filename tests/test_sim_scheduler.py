@@ -125,7 +125,7 @@ def test_preemption_when_the_cache_is_full():
 
 def test_default_capacity_is_what_fits_in_memory():
     p = SchedulerParams()
-    expected = int((0.9 * 80e9 - 16_060_522_496) // (128 * 1024))
+    expected = int((0.9 * 81_559 * 2 ** 20 - 16_060_522_496 - 2 * 2 ** 30) // (128 * 1024))   # driver MiB, reserve
     assert scheduler.default_kv_capacity_tokens(p) == expected
     with pytest.raises(ValueError, match="do not fit"):
         scheduler.default_kv_capacity_tokens(SchedulerParams(model="llama-3.1-405b"))

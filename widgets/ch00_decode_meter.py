@@ -5,10 +5,13 @@ FLOPs per weight for each user in the batch. For one user that is about one FLOP
 byte, far below what the tensor cores could sustain: the time to read the bytes dwarfs
 the time to do the math, so the tensor cores sit almost idle (well under 1% busy) while
 the memory system runs near its limit. Raising the batch shares the same bytes across
-more tokens, and the FLOP bar and the tensor-core meter climb.
+more tokens, and the FLOP bar and the tensor-core meter climb. Switching the KV cache
+off shows what the cache saves: every step pushes the whole prefix through the model
+again, its FLOPs grow with each token and the step becomes compute-bound.
 
-Controls: a stepper over decode steps (each adds one token per user), GPU, model and
-batch (users decoding together). One call per update: sim.roofline.decode_meter.
+Controls: a stepper over decode steps (each adds one token per user), GPU, model,
+batch (users decoding together) and the KV cache (kept, or none). One call per update:
+sim.roofline.decode_meter.
 """
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ def build() -> FigureView:
     model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
     batch = pn.widgets.IntSlider(label="Batch (users decoding together)", start=1, end=MAX_BATCH, value=1,
                                  width=CONTROL_WIDTH)
+    cache_label = pn.pane.HTML("KV cache", width=CONTROL_WIDTH, margin=(6, 10, 0, 10))
+    cache = pn.widgets.RadioButtonGroup(options={"kept": True, "none: recompute the prefix": False}, value=True,
+                                        width=CONTROL_WIDTH)
 
     meter = ColumnDataSource(data={"row": [], "ms": [], "color": [], "label": []})
     util = ColumnDataSource(data={"row": [], "pct": [], "color": [], "label": []})
@@ -73,7 +79,7 @@ def build() -> FigureView:
 
     def update() -> None:
         r = decode_meter(DecodeMeterParams(model=model.value, gpu=gpu.value, batch=batch.value,
-                                           prompt_tokens=PROMPT_TOKENS, steps=STEPS))
+                                           prompt_tokens=PROMPT_TOKENS, steps=STEPS, kv_cache=cache.value))
         i = step.value - 1
         t_mem, t_fl, t_step = r.memory_floor_s[i] * 1e3, r.compute_floor_s[i] * 1e3, r.step_time_s[i] * 1e3
         meter.data = {"row": ["bytes", "FLOPs", "step"], "ms": [t_mem, t_fl, t_step],
@@ -88,7 +94,8 @@ def build() -> FigureView:
                       "total_gb": r.bytes_per_step[:i + 1] / 1e9}
         numbers.object = rows_table([
             ("step", f"{int(r.step[i])} of {STEPS}"),
-            ("cache per user", f"{int(r.context_tokens[i]):,} tokens"),
+            ("cache per user", f"{int(r.context_tokens[i]):,} tokens" if cache.value
+             else f"none: {PROMPT_TOKENS + i + 1:,} tokens recomputed"),
             ("bytes read", f"{r.bytes_per_step[i] / 1e9:.2f} GB"),
             ("FLOPs done", f"{r.flops_per_step[i] / 1e9:,.1f} GFLOP"),
             ("FLOPs per byte", f"{r.flops_per_byte[i]:,.1f}"),
@@ -99,21 +106,23 @@ def build() -> FigureView:
             ("all users", f"{r.tokens_per_s_total:,.0f} tokens/s"),
         ])
         g = hardware.get(gpu.value)
-        fits = "" if r.weight_bytes_per_step[0] <= g.hbm_bytes else (
+        fits = "" if r.weight_bytes_per_step[0] <= g.memory_bytes else (
             f" These weights ({r.weight_bytes_per_step[0] / 1e9:,.0f} GB) do not fit in one "
-            f"{g.hbm_bytes / 1e9:.0f} GB GPU; the figure times the step as if they did.")
+            f"{g.memory_label} GPU ({g.memory_bytes / 1e9:.1f} GB); the figure times the step as if they did.")
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16 weights and KV cache, {PROMPT_TOKENS}-token prompt per "
-            f"user, CUDA graphs on. Peaks: {r.peak_flops_per_s / 1e12:,.0f} TFLOP/s, "
+            f"user, CUDA graphs on. Bytes read count the weights each step uses: all but the embedding table, "
+            f"of which only the new tokens' rows are gathered. Peaks: {r.peak_flops_per_s / 1e12:,.0f} TFLOP/s, "
             f"{r.peak_bandwidth_bytes_per_s / 1e12:.2f} TB/s. Tokens/s are means over the {STEPS} steps. "
             f"{r.calibration_note.rstrip('.')}.{fits}")
 
-    watch([step, gpu, model, batch], update)
+    watch([step, gpu, model, batch, cache], update)
     update()
     layout = pn.Column(
-        pn.Row(pn.Column(step, gpu, model, batch, numbers, width=CONTROL_WIDTH + 20),
+        pn.Row(pn.Column(step, gpu, model, batch, cache_label, cache, numbers, width=CONTROL_WIDTH + 20),
                pn.Column(pn.Row(pn.pane.Bokeh(p_meter), pn.pane.Bokeh(p_util)), pn.pane.Bokeh(p_steps))),
         note)
-    return FigureView(FIGURE_ID, layout, controls={"step": step, "gpu": gpu, "model": model, "batch": batch},
+    return FigureView(FIGURE_ID, layout, controls={"step": step, "gpu": gpu, "model": model, "batch": batch,
+                                                        "cache": cache},
                       sources={"meter": meter, "util": util, "steps": steps},
                       readouts={"numbers": numbers, "note": note}, plots=[p_meter, p_util, p_steps])

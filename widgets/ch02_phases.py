@@ -4,7 +4,9 @@ Prefill pushes the whole prompt through the model in one pass: every weight read
 memory is used for every prompt token, so the pass does hundreds of FLOPs per byte and
 is compute-bound. Its last logits already give the first output token. Decode then
 makes one pass per further output token: each pass reads all the weights again for a
-single token per conversation, about one FLOP per byte, and is memory-bound. The
+single token per conversation, about one FLOP per byte, and is memory-bound; it also
+reads the whole KV cache, so a long prompt makes every decode step slower once the
+cache's bytes approach the weights'. The
 timeline shows the two phases of one request; the bars compare their arithmetic
 intensity with the GPU's ridge point and the time each spends per token.
 
@@ -43,7 +45,7 @@ def ms(seconds: float) -> str:
 
 
 def build() -> FigureView:
-    prompt = pn.widgets.IntSlider(label="Prompt length (tokens)", start=16, end=16384, step=16, value=1024,
+    prompt = pn.widgets.IntSlider(label="Prompt length (tokens)", start=16, end=131072, step=16, value=1024,
                                   width=CONTROL_WIDTH)
     output = pn.widgets.IntSlider(label="Output length (tokens)", start=1, end=4096, value=256, width=CONTROL_WIDTH)
     gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
@@ -121,9 +123,12 @@ def build() -> FigureView:
         if has_decode:
             rows += [("decode", f"{ms(r.decode_time_s)}, {steps:,} steps"),
                      ("", f"{r.decode_bound}-bound, {r.decode_tokens_per_s_per_user:,.0f} tokens/s"),
-                     ("per output token", ms(r.time_per_output_token_s))]
+                     ("per output token", ms(r.time_per_output_token_s)),
+                     ("decode step", f"{ms(r.decode_step_time_s[0])} at {prompt.value:,} tokens of context"),
+                     ("", f"{ms(r.decode_step_time_s[-1])} at {prompt.value + steps - 1:,}")]
         else:
             rows += [("decode", "none: 1 output token")]
+        rows += [("cache reads = weights at", f"{r.kv_equals_weights_context_tokens:,.0f} tokens of context")]
         numbers.object = rows_table([*rows, ("whole request", ms(r.total_time_s))])
         note.object = provenance(
             f"{models.get(model.value).display_name} on {g.display_name}, one request, bf16 weights and KV "

@@ -32,7 +32,7 @@ BW_RANGE_TBS = (0.1, 1e4)          # x axis of the bandwidth plot, TB/s
 
 def _capacity_text(level: str, nbytes: float) -> str:
     if level in ("HBM", "GDDR"):
-        return f"{nbytes / 1e9:,.0f} GB"
+        return f"{nbytes / 1e9:,.1f} GB"
     return f"{nbytes / 2 ** 20:,.1f} MiB"
 
 
@@ -99,18 +99,25 @@ def build() -> FigureView:
         dram = r.levels[-1]
         numbers.object = (
             f'<table class="fig-numbers"><tr><th></th><th>capacity</th><th>bandwidth</th></tr>'
-            + "".join(f"<tr><th>{lv}</th><td>{_capacity_text(lv, c)}</td>"
+            + "".join(f"<tr><th>{lv}</th><td>{_capacity_text(lv, c)}"
+                      f"{f' (1/{k:,.0f} of {dram})' if lv != dram else ''}</td>"
                       f"<td>{_bandwidth_text(b) if b == b else 'not known'}"
                       f"{f' ({x:,.0f}x {dram})' if b == b and lv != dram else ''}</td></tr>"
-                      for lv, c, b, x in zip(r.levels, r.capacity_bytes, r.bandwidth_bytes_per_s,
-                                             r.bandwidth_over_dram))
+                      for lv, c, b, x, k in zip(r.levels, r.capacity_bytes, r.bandwidth_bytes_per_s,
+                                                r.bandwidth_over_dram, r.dram_over_capacity))
             + "</table>")
         table.object = ('<table class="fig-numbers fig-basis"><tr><th>level</th><th>where the bandwidth comes from'
                         '</th></tr>' + "".join(f"<tr><th>{lv}</th><td>{basis}</td></tr>"
                                                for lv, basis in zip(r.levels, r.bandwidth_basis)) + "</table>")
         g = hardware.get(gpu.value)
-        note.object = provenance(f"{r.gpu}. Capacities: per-SM sizes x {g.sm_count} SMs, L2 and {dram} as "
-                                 f"published. Sources: {'; '.join(g.sources.values())}.")
+        note.object = provenance(
+            f"{r.gpu}. Capacities: per-SM sizes x {g.sm_count} SMs and L2 as published; {dram} as the driver "
+            f"reports it ({g.memory_mib:,} MiB; sold as {g.memory_label}). Bandwidths: only {dram}'s is on the "
+            f"datasheet. Registers and shared memory are derived from the clock and the width of the hardware "
+            f"(three 4-byte operands per FP32 lane per clock; 128 bytes per clock per SM); L2 is published per "
+            f"clock for the A100 only and assumed at the same bytes per clock elsewhere; where the clock "
+            f"is unpublished the on-chip bandwidths are left unknown. "
+            f"Sources: {'; '.join(g.sources.values())}.")
 
     watch([gpu], update)
     update()

@@ -1,6 +1,7 @@
 """ch06-kv-budget: how many conversations fit, and what their cache does to decode speed.
 
-What the engine may use of the GPU's memory, minus the weights, is the KV budget. At a
+What the engine may use of the GPU's memory, minus the weights and a reserve for
+activations and workspaces, is the KV budget. At a
 given context each sequence needs a fixed number of cache blocks, so the budget sets how
 many sequences can run at once. Every decode step reads all the weights once and every
 running sequence's cache, so as the batch grows the cache reads catch up with the weight
@@ -21,7 +22,7 @@ from bokeh.models import ColumnDataSource, Legend, LegendItem, Range1d, Span
 from sim import hardware, models
 from sim.kv import KVBudgetParams, kv_budget
 from sim.roofline import Precision
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, VERMILION, FigureView, plot, provenance, readout,
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, plot, provenance, readout,
                           rows_table, watch)
 
 FIGURE_ID = "ch06-kv-budget"
@@ -79,13 +80,16 @@ def build() -> FigureView:
     def update() -> None:
         r = kv_budget(KVBudgetParams(model=model.value, gpu=gpu.value, context_tokens=context.value,
                                      memory_utilisation=share.value, precision=Precision(kv_dtype=kv_dtype.value)))
-        edges = np.cumsum([0.0, r.weight_bytes, r.budget_bytes]) / GB   # stacked: weights, then the KV budget
-        memory.data = {"part": ["weights", "KV budget"], "left": edges[:2], "right": edges[1:],
-                       "colour": [GREY, ORANGE],
-                       "label": [f"weights {r.weight_bytes / GB:,.1f} GB",
+        reserve = r.reserve_bytes if r.budget_bytes > 0 else 0.0
+        edges = np.cumsum([0.0, r.weight_bytes, reserve, r.budget_bytes]) / GB   # stacked: weights, reserve, KV budget
+        memory.data = {"part": ["weights", "reserve", "KV budget"], "left": edges[:3], "right": edges[1:],
+                       "colour": [GREY, SKY, ORANGE],
+                       "label": [f"weights {r.weight_bytes / GB:,.1f} GB", "",
                                  f"KV budget {r.budget_bytes / GB:,.1f} GB" if r.budget_bytes > 0 else ""]}
         device.data = {"left": [0.0], "right": [r.device_bytes / GB]}
-        p_mem.title.text = f"GPU memory: {r.device_bytes / GB:,.0f} GB (outline)"
+        g = hardware.get(gpu.value)
+        p_mem.title.text = (f"GPU memory (outline): {r.device_bytes / GB:,.1f} GB = {g.memory_mib:,} MiB, "
+                            f"sold as {g.memory_label}")
         p_mem.x_range.end = max(r.device_bytes, r.weight_bytes) / GB * 1.02
         fits = r.max_sequences > 0
         keep = slice(None) if fits else slice(0)            # nothing to plot when no sequence fits
@@ -94,8 +98,9 @@ def build() -> FigureView:
         step.data = {"batch": r.batch_grid[keep], "step_ms": r.step_time_s[keep] * 1e3}
         crossover.location = r.batch_where_kv_reads_equal_weights
         rows = [
-            ("GPU memory", f"{r.device_bytes / GB:,.0f} GB"),
+            ("GPU memory", f"{r.device_bytes / GB:,.1f} GB"),
             ("weights", f"{r.weight_bytes / GB:,.1f} GB"),
+            ("reserve (activations)", f"{r.reserve_bytes / GB:,.1f} GB"),
             ("KV budget", f"{r.budget_bytes / GB:,.1f} GB"),
             ("cache per sequence", f"{r.kv_bytes_per_sequence / GB:,.3g} GB"),
             ("sequences that fit", f"{r.max_sequences:,}"),
@@ -112,8 +117,9 @@ def build() -> FigureView:
         numbers.object = rows_table(rows)
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16 weights, {kv_dtype.value} KV cache in blocks of "
-            f"{d.block_size} tokens. KV budget = share x GPU memory - weights (vLLM's accounting; activations "
-            f"and CUDA graphs also need some of it in practice). Each decode step reads the weights once and "
+            f"{d.block_size} tokens. GPU memory as the driver reports it. KV budget = share x GPU memory "
+            f"- weights - a reserve of {r.reserve_bytes / 2 ** 30:.0f} GiB (pale blue) for activations, workspaces "
+            f"and CUDA graphs: an assumption standing in for the peak vLLM profiles. Each decode step reads the weights once and "
             f"every sequence's cache. {r.calibration_note}")
 
     watch([gpu, model, context, share, kv_dtype], update)

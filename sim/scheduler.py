@@ -8,7 +8,10 @@ Policies
 - "static": requests are grouped into a batch of up to `max_batch`; the batch is
   prefilled together and then decoded until its *longest* request is done. Finished
   requests keep their slot as padding (the batch shape is fixed, so they still cost a
-  token per step) and arrivals wait for the whole batch to finish.
+  token per step) and arrivals wait for the whole batch to finish. Like a static
+  batching server's queue (a maximum batch size and a maximum queueing delay), an idle
+  GPU starts the next batch once `max_batch` requests wait or the oldest has waited
+  `batch_timeout_s`, whichever comes first.
 - "continuous" (iteration-level scheduling, introduced by Orca, R7): at every step
   finished requests leave and waiting ones join.
     * without chunked prefill, a step that admits new requests prefills their whole
@@ -45,7 +48,7 @@ from typing import Optional
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_choice, check_int, check_non_negative
+from sim.checks import check_choice, check_int, check_non_negative, check_range
 from sim.hardware import resolve as resolve_gpu
 from sim.kv import VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token
 from sim.models import resolve as resolve_model
@@ -54,7 +57,7 @@ from sim.roofline import Precision, StepCost, stored_weight_bytes
 POLICIES = ("static", "continuous")
 SLOT_KINDS = ("idle", "prefill", "decode", "padding", "stalled")   # codes 0..4 in slot_kind
 SLOT_IDLE, SLOT_PREFILL, SLOT_DECODE, SLOT_PADDING, SLOT_STALLED = range(5)
-_ARRIVAL, _STEP_END = 0, 1
+_ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
 ADMISSION_WATERMARK = 0.01   # share of KV blocks kept free when admitting beside running requests (vLLM's default)
 
 
@@ -146,6 +149,7 @@ class SchedulerParams:
     precision: Precision = Precision()
     cuda_graphs: bool = True                # decode-only steps replay a CUDA graph (R2); others launch eagerly
     seed: int = 0                           # seed of the default request mix
+    batch_timeout_s: float = 0.1            # static only: longest wait for a full batch before starting one
     max_steps: int = 200_000                # safety stop
 
     def __post_init__(self) -> None:
@@ -158,6 +162,7 @@ class SchedulerParams:
         check_int("long_prompt_tokens", self.long_prompt_tokens, minimum=1)
         check_non_negative("long_prompt_arrival_s", self.long_prompt_arrival_s)
         check_int("seed", self.seed, minimum=0)
+        check_range("batch_timeout_s", self.batch_timeout_s, 0.0, 3600.0)
         check_int("max_steps", self.max_steps, minimum=1)
         if self.requests is not None:
             if not self.requests:
@@ -294,6 +299,7 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
     watermark = max(1, math.ceil(ADMISSION_WATERMARK * capacity_blocks))
     static_batch: list = []
     events: list = []
+    wake_at = [math.nan]          # pending static-batch deadline (one at a time)
     seq = 0
     for r in reqs:
         heapq.heappush(events, (r.spec.arrival_s, seq, _ARRIVAL, r.i))
@@ -402,8 +408,15 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         return batch
 
     def plan_static() -> list:
-        nonlocal free_blocks, static_batch
+        nonlocal free_blocks, static_batch, seq
         if not static_batch:
+            deadline = waiting[0].spec.arrival_s + p.batch_timeout_s if waiting else math.inf
+            if waiting and len(waiting) < p.max_batch and now < deadline:
+                if wake_at[0] != deadline:          # wait for more requests, at most until the deadline
+                    wake_at[0] = deadline
+                    heapq.heappush(events, (deadline, seq, _WAKE, -1))
+                    seq += 1
+                return []
             while waiting and free_slots:
                 r = waiting[0]
                 need = blocks_for(r.spec.prompt_tokens + r.spec.output_tokens)   # reserved up front
@@ -495,7 +508,7 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         if kind == _ARRIVAL:
             reqs[idx].phase = "waiting"
             waiting.append(reqs[idx])
-        else:
+        elif kind == _STEP_END:
             finish_step()
         if not gpu_busy and (not events or events[0][0] > now):
             start_step()
@@ -551,3 +564,26 @@ def compare_schedules(params: SchedulerParams = SchedulerParams(),
     """
     return ScheduleComparison(static=simulate_schedule(replace(params, policy="static"), calibration),
                               continuous=simulate_schedule(replace(params, policy="continuous"), calibration))
+
+
+def chunked_prefill_s(model, gpu, prompt_tokens: int, chunk_tokens: int, precision: Optional[Precision] = None,
+                      calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> float:
+    """Prefill time of one prompt alone on the GPU, in steps of at most `chunk_tokens` tokens.
+
+    Chunk i attends to the keys and values of the chunks before it (read back from the
+    cache) and only the last chunk computes logits. `cuda_graphs` charges each step one
+    launch instead of one per kernel. A chunk at least as long as the prompt is the whole
+    prefill in one step.
+
+    >>> whole = chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 8192)
+    >>> bool(chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 512) > whole)
+    True
+    """
+    check_int("prompt_tokens", prompt_tokens, minimum=1)
+    check_int("chunk_tokens", chunk_tokens, minimum=1)
+    cost = StepCost(model, gpu, precision or Precision(), calibration, cuda_graphs)
+    total = 0.0
+    for done in range(0, prompt_tokens, chunk_tokens):
+        n = min(chunk_tokens, prompt_tokens - done)
+        total += cost.time_s([n], [done], logits_seqs=1 if done + n >= prompt_tokens else 0)
+    return total

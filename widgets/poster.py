@@ -394,7 +394,8 @@ def plot_svg(p) -> str:
         parts.append(f'<text transform="translate(14 {(y0+y1)/2:.0f}) rotate(-90)" font-size="12" fill="#444" '
                      f'text-anchor="middle">{e(yl)}</text>')
     for legend in [a for a in p.center + p.right + p.above + p.left + p.below if isinstance(a, Legend)]:
-        ly = y1 + 14
+        ly, lx = y1 + 14, x0 + 10
+        horizontal = legend.orientation == "horizontal"
         for item in legend.items:
             label = item.label.get("value") if isinstance(item.label, dict) else getattr(item.label, "value", item.label)
             if not label or not item.renderers:
@@ -403,9 +404,12 @@ def plot_svg(p) -> str:
             color = getattr(g, "line_color", None) if isinstance(g, (Line, Step, MultiLine, Segment)) else \
                 getattr(g, "fill_color", None)
             color = color if isinstance(color, str) else "#666"
-            parts.append(f'<rect x="{x0 + 10}" y="{ly - 9}" width="12" height="10" fill="{e(color)}"/>')
-            parts.append(f'<text x="{x0 + 28}" y="{ly}" font-size="11" fill="#333">{e(label)}</text>')
-            ly += 16
+            parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{e(color)}"/>')
+            parts.append(f'<text x="{lx + 18}" y="{ly}" font-size="11" fill="#333">{e(label)}</text>')
+            if horizontal:
+                lx += 30 + 6 * len(label)
+            else:
+                ly += 16
     parts.append("</svg>")
     return "".join(parts)
 

@@ -336,6 +336,8 @@ class LoadResult:
     ttft_s: np.ndarray                  # (requests,) queueing + prefill, and waiting behind other steps
     tpot_s: np.ndarray                  # (requests,) nan for one-token outputs
     meets_slo: np.ndarray               # (requests,) bool: both objectives met
+    ttft_misses: int                    # requests over the TTFT objective
+    tpot_misses: int                    # requests over the TPOT objective (a request can miss both)
     ttft_edges_s: np.ndarray            # (bins + 1,) log-spaced histogram edges
     ttft_counts: np.ndarray             # (bins,)
     tpot_edges_s: np.ndarray            # (bins + 1,)
@@ -381,6 +383,7 @@ def simulate_load(params: LoadParams = LoadParams(), calibration: Optional[Calib
     cal_note = StepCost(p.model, p.gpu, Precision(), calibration).calibration.note
     return LoadResult(
         rate_per_s=p.rate_per_s, arrival_s=run.arrival_s, ttft_s=run.ttft_s, tpot_s=run.tpot_s, meets_slo=ok,
+        ttft_misses=int((run.ttft_s > p.slo.ttft_s).sum()), tpot_misses=int((run.tpot_s > p.slo.tpot_s).sum()),
         ttft_edges_s=te, ttft_counts=tc, tpot_edges_s=pe, tpot_counts=pc, metrics=m,
         meets_target=bool(m.slo_attainment >= p.target_attainment),
         mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=cal_note)

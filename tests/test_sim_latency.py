@@ -137,6 +137,9 @@ def test_loaded_server_percentiles_and_histograms():
     assert r.metrics.ttft_p99_s == pytest.approx(np.percentile(r.ttft_s, 99))
     assert r.ttft_counts.sum() == 60 and r.tpot_counts.sum() == np.isfinite(r.tpot_s).sum()
     assert r.metrics.slo_attainment == pytest.approx(r.meets_slo.mean())
+    slo = latency.MLPERF_V50_LLAMA2_70B_INTERACTIVE
+    assert r.ttft_misses == (r.ttft_s > slo.ttft_s).sum() and r.tpot_misses == (r.tpot_s > slo.tpot_s).sum()
+    assert max(r.ttft_misses, r.tpot_misses) <= (~r.meets_slo).sum() <= r.ttft_misses + r.tpot_misses
     again = latency.simulate_load(latency.LoadParams(), calibration=SPEC)
     assert np.array_equal(r.ttft_s, again.ttft_s)                        # seeded: the same run every time
     # an idle-ish server: first tokens are about one prefill; a busy one queues, so the tail grows
@@ -144,6 +147,14 @@ def test_loaded_server_percentiles_and_histograms():
     busy = latency.simulate_load(latency.LoadParams(rate_per_s=40), calibration=SPEC)
     assert quiet.metrics.ttft_p99_s < latency.MLPERF_V50_LLAMA2_70B_INTERACTIVE.ttft_s < busy.metrics.ttft_p99_s
     assert busy.metrics.slo_attainment < 0.5 < 0.99 < quiet.metrics.slo_attainment + 0.01
+
+
+def test_chunk_budget_moves_which_limit_breaks_first():
+    """Whole prompts stall the running decodes (TPOT misses); small chunks queue the prompts (TTFT misses)."""
+    whole = latency.simulate_load(latency.LoadParams(chunked_prefill=False), calibration=SPEC)
+    small = latency.simulate_load(latency.LoadParams(token_budget=512), calibration=SPEC)
+    assert whole.tpot_misses > whole.ttft_misses and small.ttft_misses > small.tpot_misses == 0
+    assert small.metrics.tpot_p99_s < whole.metrics.tpot_p99_s and small.metrics.ttft_p50_s > whole.metrics.ttft_p50_s
 
 
 def test_goodput_is_distserves_highest_rate_meeting_the_target():

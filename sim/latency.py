@@ -380,13 +380,12 @@ def simulate_load(params: LoadParams = LoadParams(), calibration: Optional[Calib
     pe, pc = _log_hist(run.tpot_s, p.bins, 1e-3, 10.0)
     durs = run.step_end_s - run.step_start_s
     in_step = (run.slot_kind == 1).sum(axis=1) + (run.slot_kind == 2).sum(axis=1)
-    cal_note = StepCost(p.model, p.gpu, Precision(), calibration).calibration.note
     return LoadResult(
         rate_per_s=p.rate_per_s, arrival_s=run.arrival_s, ttft_s=run.ttft_s, tpot_s=run.tpot_s, meets_slo=ok,
         ttft_misses=int((run.ttft_s > p.slo.ttft_s).sum()), tpot_misses=int((run.tpot_s > p.slo.tpot_s).sum()),
         ttft_edges_s=te, ttft_counts=tc, tpot_edges_s=pe, tpot_counts=pc, metrics=m,
         meets_target=bool(m.slo_attainment >= p.target_attainment),
-        mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=cal_note)
+        mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=run.calibration_note)
 
 
 @dataclass(frozen=True)

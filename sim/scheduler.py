@@ -222,6 +222,7 @@ class ScheduleResult:
     slot_utilisation: float         # time-weighted share of slots doing prefill or decode while busy
     longest_decode_stall_s: float   # max over requests of the longest inter-token gap
     throughput_tokens_per_s: float  # output tokens / makespan
+    calibration_note: str = ""      # where the step times come from
 
     @property
     def steps(self) -> int:
@@ -543,7 +544,7 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=padding_total, makespan_s=makespan, busy_s=busy,
         slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
         longest_decode_stall_s=float(max_itl.max()), throughput_tokens_per_s=float(out.sum() / makespan)
-        if makespan > 0 else math.inf)
+        if makespan > 0 else math.inf, calibration_note=cost.calibration.note)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem, Range1d
 
-from sim import calibration, hardware, models
+from sim import hardware, models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
 from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, plot, provenance,
                           readout, watch)
@@ -149,14 +149,13 @@ def build() -> FigureView:
             ("output tokens/s", f"{s.throughput_tokens_per_s:,.0f}", f"{k.throughput_tokens_per_s:,.0f}"),
             ("padding tokens", f"{s.padding_tokens:,}", f"{k.padding_tokens:,}"),
         ])
-        cal = calibration.for_gpu(hardware.get(gpu.value))
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16, on one GPU; KV cache room {k.kv_capacity_tokens:,} tokens. "
             f"Workload: {len(k.requests)} requests (seed {mix.seed}), Poisson arrivals every "
             f"{mix.mean_interarrival_s * 1e3:.0f} ms on average, prompts {mix.prompt_tokens_min:,}-"
             f"{mix.prompt_tokens_max:,} tokens, outputs {mix.output_tokens_min}-{mix.output_tokens_max} tokens "
             f"(log-uniform). Utilisation = share of slot-time spent on prefill or decode "
-            f"while the GPU is busy. {cal.note}")
+            f"while the GPU is busy. {k.calibration_note}")
 
     watch([gpu, model, slots, timeout, long_prompt, chunked, budget], update)
     update()

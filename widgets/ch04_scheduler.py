@@ -26,8 +26,8 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, Legen
 
 from sim import hardware, models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, plot, provenance,
-                          readout, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, legend_glyph, plot,
+                          provenance, readout, watch)
 
 FIGURE_ID = "ch04-scheduler"
 TITLE = "Static and continuous batching of the same requests"
@@ -89,7 +89,8 @@ def build() -> FigureView:
                      for kind in SLOT_KINDS}
         arrived = p.scatter("t_ms", "y", source=arrivals, marker="triangle", size=7, color="#444")
         if first:
-            items = [LegendItem(label=KIND_LABELS[k], renderers=[renderers[k]])
+            items = [LegendItem(label=KIND_LABELS[k], renderers=[legend_glyph(p, "quad", fill_color=KIND_COLOURS[k],
+                                                                             line_color=None)])
                      for k in ("prefill", "decode", "stalled", "padding", "idle")]
             p.add_layout(Legend(items=[*items, LegendItem(label="arrival", renderers=[arrived])],
                                 orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, DataRange1d, Legend, LegendItem, Range1d, Span
+from bokeh.models import ColumnDataSource, DataRange1d, FixedTicker, Legend, LegendItem, Range1d, Span
 
 from sim import hardware, models
 from sim.latency import LoadParams, simulate_load
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, plot, provenance, readout,
-                          rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, legend_glyph, plot, provenance,
+                          readout, rows_table, watch)
 
 FIGURE_ID = "ch05-load"
 TITLE = "A loaded server: TTFT and TPOT of every request, their P50 and P99, and the share meeting the SLO"
 
 DEFAULTS = LoadParams()
 GPUS = ["H100-SXM", "H200", "A100-80GB", "B200"]
-PREFILL = {"whole prompt": 0, "chunks of 512": 512, "chunks of 2,048": 2048}   # 0: no chunking
+PREFILL = {"whole": 0, "512": 512, "2,048": 2048}   # tokens per step; 0: each prompt whole in one step
 
 
 def _ms(s: float) -> str:
@@ -35,16 +35,19 @@ def _ms(s: float) -> str:
     return f"{s:,.2f} s" if ms >= 1000 else (f"{ms:,.0f} ms" if ms >= 10 else f"{ms:.1f} ms")
 
 
-def _histogram(title: str, x_label: str, lo_ms: float, hi_ms: float, colour: str, source: ColumnDataSource,
-               limit_ms: float):
+def _histogram(title: str, x_label: str, lo_ms: float, hi_ms: float, ticks: list, colour: str,
+               source: ColumnDataSource, limit_ms: float):
     p = plot(title, x_label, "requests", x_type="log", width=300, height=230, x_range=Range1d(lo_ms, hi_ms),
              y_range=DataRange1d(start=0))
+    p.xaxis.ticker = FixedTicker(ticks=ticks)
     bars = p.quad(left="left", right="right", bottom=0, top="count", source=source, fill_color=colour,
                   line_color="white", alpha=0.85)
-    span = Span(location=limit_ms, dimension="height", line_color=VERMILION, line_width=2)
-    p.add_layout(span)
-    p.add_layout(Legend(items=[LegendItem(label="requests", renderers=[bars])], location="top_right",
-                        label_text_font_size="10px", background_fill_alpha=0.7, padding=2, margin=4), "center")
+    p.add_layout(Span(location=limit_ms, dimension="height", line_color=VERMILION, line_width=2))
+    limit = legend_glyph(p, "line", line_color=VERMILION, line_width=2)        # the Span's legend entry
+    p.add_layout(Legend(items=[LegendItem(label="requests", renderers=[bars]),
+                               LegendItem(label="limit", renderers=[limit])], location="top_right",
+                        label_text_font_size="10px", background_fill_alpha=0.7, padding=2, margin=4, spacing=0),
+                 "center")
     return p
 
 
@@ -53,7 +56,8 @@ def build() -> FigureView:
                                 value=int(DEFAULTS.rate_per_s), width=CONTROL_WIDTH)
     prefill = pn.widgets.RadioButtonGroup(options=PREFILL, value=DEFAULTS.token_budget if DEFAULTS.chunked_prefill
                                           else 0, width=CONTROL_WIDTH)
-    prefill_label = pn.pane.HTML("Prefill long prompts", width=CONTROL_WIDTH, margin=(6, 10, 0, 10))
+    prefill_label = pn.pane.HTML("Prompt tokens per step (whole: no chunking)", width=CONTROL_WIDTH,
+                                 margin=(6, 10, 0, 10))
     gpu = pn.widgets.Select(label="GPU", options={hardware.get(n).display_name: n for n in GPUS},
                             value=DEFAULTS.gpu, width=CONTROL_WIDTH)
 
@@ -63,16 +67,19 @@ def build() -> FigureView:
     missed = ColumnDataSource(data={"arrival_s": [], "ttft_ms": []})
 
     slo = DEFAULTS.slo
-    p_ttft = _histogram("Time to first token", "TTFT (ms, log scale)", 10, 20_000, BLUE, ttft_hist, slo.ttft_s * 1e3)
-    p_tpot = _histogram("Time per output token", "TPOT (ms, log scale)", 3, 300, ORANGE, tpot_hist,
-                        slo.tpot_s * 1e3)
+    p_ttft = _histogram("Time to first token", "TTFT (ms, log scale)", 10, 30_000, [10, 100, 1000, 10_000], BLUE,
+                        ttft_hist, slo.ttft_s * 1e3)
+    p_tpot = _histogram("Time per output token", "TPOT (ms, log scale)", 3, 300, [3, 10, 30, 100, 300], ORANGE,
+                        tpot_hist, slo.tpot_s * 1e3)
     p_time = plot("Each request's TTFT against when it arrived", "arrival time (s)", "TTFT (ms, log scale)",
                   y_type="log", width=600, height=220, y_range=Range1d(10, 20_000))
     r_met = p_time.scatter("arrival_s", "ttft_ms", source=met, size=7, color=GREEN)
     r_missed = p_time.scatter("arrival_s", "ttft_ms", source=missed, size=7, color=VERMILION, marker="x")
     p_time.add_layout(Span(location=slo.ttft_s * 1e3, dimension="width", line_color=VERMILION, line_dash="dashed"))
+    r_limit = legend_glyph(p_time, "line", line_color=VERMILION, line_dash="dashed")
     p_time.add_layout(Legend(items=[LegendItem(label="meets both limits", renderers=[r_met]),
-                                    LegendItem(label="misses a limit", renderers=[r_missed])],
+                                    LegendItem(label="misses a limit", renderers=[r_missed]),
+                                    LegendItem(label="TTFT limit", renderers=[r_limit])],
                              location="top_left", label_text_font_size="10px", background_fill_alpha=0.7,
                              padding=2, margin=4, spacing=0), "center")
 
@@ -106,7 +113,7 @@ def build() -> FigureView:
             f"{DEFAULTS.requests} requests, Poisson arrivals (seed {DEFAULTS.seed}), prompts "
             f"{DEFAULTS.prompt_tokens_min:,}-{DEFAULTS.prompt_tokens_max:,} and answers {DEFAULTS.output_tokens_min}-"
             f"{DEFAULTS.output_tokens_max} tokens (log-uniform); P99 of {DEFAULTS.requests} requests is close to the "
-            f"worst one. Red lines: {slo.name} limits, TTFT {slo.ttft_s * 1e3:.0f} ms and TPOT "
+            f"worst one. Limits: {slo.name}, TTFT {slo.ttft_s * 1e3:.0f} ms and TPOT "
             f"{slo.tpot_s * 1e3:.0f} ms, borrowed for scale. {r.calibration_note}")
 
     watch([rate, prefill, gpu], update)

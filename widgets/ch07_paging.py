@@ -23,8 +23,8 @@ import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, Legend, LegendItem, Range1d
 
 from sim.paging import PagingParams, WasteParams, compare_prefix_caching, reservation_waste
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, plot,
-                          provenance, readout, rows_table, stepper, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, legend_glyph,
+                          plot, provenance, readout, rows_table, stepper, watch)
 
 FIGURE_ID = "ch07-paging"
 TITLE = "A paged KV cache: block tables, shared prefix blocks, and the memory contiguous slabs waste"
@@ -80,12 +80,11 @@ def build() -> FigureView:
     row_labels = ColumnDataSource(data={"x": [-1.4] * rows, "y": [rows - 1 - r - 0.1 for r in range(rows)],
                                         "text": [f"P{r * COLUMNS}-{r * COLUMNS + COLUMNS - 1}" for r in range(rows)]})
     p_pool.text("x", "y", text="text", source=row_labels, text_color="#666666", text_font_size="11px")
-    # the legend: one empty glyph per colour (the pool's own rects take their colour from the data)
+    # the legend (the pool's own rects take their colour from the data)
     keys = [*((f"{chr(65 + i)} only", c) for i, c in enumerate(OWNER_COLOURS[:len(PARAMS.user_tokens)])),
             ("shared", SHARED), ("cached, unused", CACHED), ("free", FREE)]
-    p_pool.add_layout(Legend(items=[LegendItem(label=label, renderers=[p_pool.rect(
-        x=[], y=[], width=1, height=1, fill_color=colour, line_color="#999999", line_width=0.5)])
-        for label, colour in keys], orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
+    p_pool.add_layout(Legend(items=[LegendItem(label=label, renderers=[legend_glyph(
+        p_pool, "quad", fill_color=colour, line_color="#999999", line_width=0.5)]) for label, colour in keys], orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
         spacing=6, glyph_width=14), "above")
 
     # -- block tables: one row per request, one cell per logical block

@@ -119,3 +119,12 @@ def legend_glyph(p, glyph: str, **style: Any):
     if glyph in ("rect", "quad"):
         return p.quad(left=[nan], right=[nan], bottom=[nan], top=[nan], **style)
     return getattr(p, glyph)(x=[nan], y=[nan], **style)
+
+
+def inset_legend(p, items: list[tuple[str, Any]], location: str = "top_right") -> None:
+    """A small legend inside plot `p`: (label, renderer) pairs."""
+    from bokeh.models import Legend, LegendItem
+
+    p.add_layout(Legend(items=[LegendItem(label=label, renderers=[r]) for label, r in items], location=location,
+                        label_text_font_size="10px", background_fill_alpha=0.7, padding=2, margin=4, spacing=0),
+                 "center")

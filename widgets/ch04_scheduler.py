@@ -26,8 +26,8 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, Legen
 
 from sim import hardware, models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, legend_glyph, plot,
-                          provenance, readout, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, inset_legend,
+                          legend_glyph, plot, provenance, readout, watch)
 
 FIGURE_ID = "ch04-scheduler"
 TITLE = "Static and continuous batching of the same requests"
@@ -106,10 +106,7 @@ def build() -> FigureView:
     p_ttft.y_range.range_padding = 0.3
     r_static = p_ttft.scatter("request", "static_ms", source=ttft, marker="square", size=9, color=GREY)
     r_cont = p_ttft.scatter("request", "continuous_ms", source=ttft, size=9, color=BLUE)
-    p_ttft.add_layout(Legend(items=[LegendItem(label="static", renderers=[r_static]),
-                                    LegendItem(label="continuous", renderers=[r_cont])],
-                             location="top_left", label_text_font_size="10px", background_fill_alpha=0.7,
-                             padding=2, margin=4, spacing=0), "center")
+    inset_legend(p_ttft, [("static", r_static), ("continuous", r_cont)], "top_left")
     p_ttft.xaxis.major_label_text_font_size = "10px"
 
     numbers, note = readout(width=CONTROL_WIDTH), readout(width=860)

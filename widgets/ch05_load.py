@@ -13,14 +13,13 @@ lengths, so the figure is the same on every load.
 """
 from __future__ import annotations
 
-import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, DataRange1d, FixedTicker, Legend, LegendItem, Range1d, Span
+from bokeh.models import ColumnDataSource, DataRange1d, FixedTicker, Range1d, Span
 
 from sim import hardware, models
 from sim.latency import LoadParams, simulate_load
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, legend_glyph, plot, provenance,
-                          readout, rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, inset_legend, legend_glyph, plot,
+                          provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch05-load"
 TITLE = "A loaded server: TTFT and TPOT of every request, their P50 and P99, and the share meeting the SLO"
@@ -44,10 +43,7 @@ def _histogram(title: str, x_label: str, lo_ms: float, hi_ms: float, ticks: list
                   line_color="white", alpha=0.85)
     p.add_layout(Span(location=limit_ms, dimension="height", line_color=VERMILION, line_width=2))
     limit = legend_glyph(p, "line", line_color=VERMILION, line_width=2)        # the Span's legend entry
-    p.add_layout(Legend(items=[LegendItem(label="requests", renderers=[bars]),
-                               LegendItem(label="limit", renderers=[limit])], location="top_right",
-                        label_text_font_size="10px", background_fill_alpha=0.7, padding=2, margin=4, spacing=0),
-                 "center")
+    inset_legend(p, [("requests", bars), ("limit", limit)])
     return p
 
 
@@ -77,11 +73,8 @@ def build() -> FigureView:
     r_missed = p_time.scatter("arrival_s", "ttft_ms", source=missed, size=7, color=VERMILION, marker="x")
     p_time.add_layout(Span(location=slo.ttft_s * 1e3, dimension="width", line_color=VERMILION, line_dash="dashed"))
     r_limit = legend_glyph(p_time, "line", line_color=VERMILION, line_dash="dashed")
-    p_time.add_layout(Legend(items=[LegendItem(label="meets both limits", renderers=[r_met]),
-                                    LegendItem(label="misses a limit", renderers=[r_missed]),
-                                    LegendItem(label="TTFT limit", renderers=[r_limit])],
-                             location="top_left", label_text_font_size="10px", background_fill_alpha=0.7,
-                             padding=2, margin=4, spacing=0), "center")
+    inset_legend(p_time, [("meets both limits", r_met), ("misses a limit", r_missed), ("TTFT limit", r_limit)],
+                 "top_left")
 
     numbers, note = readout(), readout(width=860)
 

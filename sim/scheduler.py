@@ -43,6 +43,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import Optional
 
 import numpy as np
@@ -376,14 +377,14 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
             if admitted:
                 return admitted
             for r in list(running):
-                if r in running and r.phase == "decode" and grow(r, 1):
+                if r.phase == "decode" and grow(r, 1):      # a preempted request is "waiting" again
                     batch.append((r, 1, SLOT_DECODE))
             return batch
         budget = p.token_budget
         for r in list(running):
             if budget == 0:
                 break
-            if r in running and r.phase == "decode" and grow(r, 1):
+            if r.phase == "decode" and grow(r, 1):
                 batch.append((r, 1, SLOT_DECODE))
                 budget -= 1
         for r in list(running):
@@ -436,12 +437,20 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         plan = plan_static() if p.policy == "static" else plan_continuous()
         if not plan:
             return
-        new = [t for _, t, _ in plan]
-        ctx = [r.computed for r, _, _ in plan]
-        pre = sum(t for _, t, k in plan if k == SLOT_PREFILL)
-        dec = sum(t for _, t, k in plan if k == SLOT_DECODE)
-        pad = sum(t for _, t, k in plan if k == SLOT_PADDING)
-        logits = sum(1 for r, t, k in plan if k != SLOT_PREFILL or r.computed + t >= r.target)
+        new, ctx = [], []
+        pre = dec = pad = logits = 0
+        for r, t, k in plan:
+            new.append(t)
+            ctx.append(r.computed)
+            if k == SLOT_PREFILL:
+                pre += t
+                logits += r.computed + t >= r.target
+            else:
+                logits += 1
+                if k == SLOT_DECODE:
+                    dec += t
+                else:
+                    pad += t
         dur = cost.time_s(new, ctx, logits_seqs=logits, cuda_graphs=p.cuda_graphs and pre == 0)
         prefill_total += pre
         decode_total += dec
@@ -469,8 +478,8 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         nonlocal done
         if r.generated == 0:
             r.first = now
-        else:
-            r.max_itl = max(r.max_itl, now - r.last)
+        elif now - r.last > r.max_itl:
+            r.max_itl = now - r.last
         r.last = now
         r.generated += 1
         if r.generated >= r.spec.output_tokens:
@@ -523,7 +532,8 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
     starts, ends = np.array(st_start), np.array(st_end)
     durs = ends - starts
-    kinds = np.array(rows_kind, dtype=np.int8).reshape(len(st_start), p.max_batch)
+    n_cells = len(st_start) * p.max_batch
+    kinds = np.fromiter(chain.from_iterable(rows_kind), np.int8, n_cells).reshape(len(st_start), p.max_batch)
     busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
     busy = float(durs.sum())
     makespan = float(finish.max() - arrival.min())
@@ -537,7 +547,8 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         preemptions=np.array([r.preempt for r in reqs]),
         step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(st_pre, dtype=np.int64),
         step_decode_tokens=np.array(st_dec, dtype=np.int64), step_kv_tokens=np.array(st_kv, dtype=np.int64),
-        slot_request=np.array(rows_req, dtype=np.int32).reshape(len(st_start), p.max_batch), slot_kind=kinds,
+        slot_request=np.fromiter(chain.from_iterable(rows_req), np.int32, n_cells).reshape(len(st_start), p.max_batch),
+        slot_kind=kinds,
         slot_kind_names=SLOT_KINDS, kv_capacity_tokens=capacity_blocks * bs,
         prefill_tokens=prefill_total, recomputed_tokens=prefill_total - int(sum(s.prompt_tokens for s in specs)),
         discarded_tokens=discarded, decode_tokens=decode_total, prefill_emissions=prefill_emits,

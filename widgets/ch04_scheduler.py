@@ -133,7 +133,7 @@ def build() -> FigureView:
         p_ttft.x_range.factors = list(k.requests)
         x_range.end = max(s.finish_s.max(), k.finish_s.max()) * 1e3
         timelines["static"].title.text = (f"Static: waits for {slots.value} requests or {timeout.value * 1e3:.0f} ms, "
-                                          "then runs until its longest request ends")
+                                          "runs until the longest ends")
         timelines["continuous"].title.text = "Continuous: " + (
             f"chunked prefill, at most {budget.value:,} tokens a step" if k.chunked_prefill
             else "each prompt prefilled whole in one step")

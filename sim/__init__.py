@@ -8,7 +8,7 @@ Importing `sim` imports nothing else; import the module a figure needs:
     dtypes       storage width of each number format
     calibration  effective bandwidth / FLOP/s / launch cost per device (from traces or defaults)
     roofline     FLOPs, bytes and time per op and per forward pass; ridge, knee, sweeps
-    latency      TTFT, TPOT, ITL, end-to-end; throughput and goodput under SLOs
+    latency      TTFT, TPOT, ITL, end-to-end; a loaded server; goodput (DistServe) under SLOs
     kv           KV-cache size, budget and sequences that fit
     paging       paged KV blocks, block tables, chained hashes, prefix caching
     scheduler    discrete-event simulation of static / continuous batching

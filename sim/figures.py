@@ -37,6 +37,7 @@ FIGURES: dict = {
     "ch04-batch-knee": FigureSim(roofline.sweep_batch, roofline.BatchSweepParams, ("roofline", "calibration")),
     "ch04-scheduler": FigureSim(scheduler.compare_schedules, scheduler.SchedulerParams, ("scheduler",)),
     "ch05-latency": FigureSim(latency.estimate_latency, latency.LatencyParams, ("latency",)),
+    "ch05-load": FigureSim(latency.simulate_load, latency.LoadParams, ("latency", "scheduler")),
     "ch06-kv-size": FigureSim(kv.kv_size, kv.KVSizeParams, ("kv",)),
     "ch06-kv-budget": FigureSim(kv.kv_budget, kv.KVBudgetParams, ("kv", "roofline")),
     "ch07-paging": FigureSim(paging.compare_prefix_caching, paging.PagingParams, ("paging",)),

@@ -7,8 +7,10 @@ Definitions (R1, R2, R16):
 - ITL, inter-token latency: the gap between two consecutive output tokens (one decode step).
 - TPOT, time per output token: (E2E - TTFT) / (output tokens - 1), the mean ITL.
 - E2E, end-to-end latency: TTFT + the sum of the ITLs ~ TTFT + (output tokens - 1) x TPOT.
-- Throughput: output tokens per second over a run. Goodput: requests per second that meet
-  both the TTFT and the TPOT objective (DistServe, R16).
+- Throughput: output tokens per second over a run.
+- SLO attainment: the share of requests that meet both the TTFT and the TPOT objective.
+- Goodput (DistServe, R16): the highest request rate a deployment serves while a target
+  share of requests (DistServe's evaluation: 90%) meets the SLO (`goodput`).
 
 >>> tpot_from_e2e(e2e_s=2.5, ttft_s=0.5, output_tokens=201)
 0.01
@@ -16,13 +18,13 @@ Definitions (R1, R2, R16):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_int, check_non_negative, check_positive, checked_params
+from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.roofline import Batch, Precision, StepCost, attention_share_of_prefill, forward_pass
@@ -181,13 +183,13 @@ def estimate_latency(params: LatencyParams = LatencyParams(),
 
 @dataclass(frozen=True)
 class ServingMetrics:
-    """Throughput and goodput of a finished run under an SLO."""
+    """Throughput and SLO attainment of a finished run."""
 
     requests: int
     makespan_s: float
     throughput_tokens_per_s: float      # output tokens / makespan
     requests_per_s: float
-    goodput_requests_per_s: float       # requests meeting both objectives / makespan (R16)
+    slo_met_requests_per_s: float       # requests meeting both objectives / makespan (goodput is `goodput`)
     slo_attainment: float               # share of requests meeting both objectives
     ttft_p50_s: float
     ttft_p99_s: float
@@ -198,12 +200,12 @@ class ServingMetrics:
 
 def serving_metrics(ttft_s: np.ndarray, tpot_s: np.ndarray, output_tokens: np.ndarray, makespan_s: float,
                     slo: SLO = MLPERF_V50_LLAMA2_70B_INTERACTIVE) -> ServingMetrics:
-    """Throughput, goodput and latency percentiles from per-request TTFT and TPOT.
+    """Throughput, SLO attainment and latency percentiles from per-request TTFT and TPOT.
 
     A request with one output token has no TPOT (nan) and is judged on TTFT alone.
 
     >>> m = serving_metrics(np.array([0.1, 0.5]), np.array([0.02, 0.02]), np.array([10, 10]), 2.0)
-    >>> m.goodput_requests_per_s, m.slo_attainment
+    >>> m.slo_met_requests_per_s, m.slo_attainment
     (0.5, 0.5)
     """
     ttft = np.asarray(ttft_s, dtype=float)
@@ -217,7 +219,7 @@ def serving_metrics(ttft_s: np.ndarray, tpot_s: np.ndarray, output_tokens: np.nd
     pct = (lambda a, q: float(np.percentile(a, q)) if a.size else math.nan)
     return ServingMetrics(
         requests=int(ttft.size), makespan_s=float(makespan_s), throughput_tokens_per_s=float(out.sum() / makespan_s),
-        requests_per_s=ttft.size / makespan_s, goodput_requests_per_s=float(ok.sum() / makespan_s),
+        requests_per_s=ttft.size / makespan_s, slo_met_requests_per_s=float(ok.sum() / makespan_s),
         slo_attainment=float(ok.mean()), ttft_p50_s=pct(ttft, 50), ttft_p99_s=pct(ttft, 99),
         tpot_p50_s=pct(valid, 50), tpot_p99_s=pct(valid, 99), slo_name=slo.name)
 
@@ -230,3 +232,191 @@ def measure_schedule(result, slo: SLO = MLPERF_V50_LLAMA2_70B_INTERACTIVE) -> Se
     12
     """
     return serving_metrics(result.ttft_s, result.tpot_s, result.output_tokens, result.makespan_s, slo)
+
+
+@dataclass(frozen=True)
+class TTFTLevers:
+    """The first-token time of one long prompt, alone on the GPU, under the levers that change it."""
+
+    prompt_tokens: int
+    baseline_s: float                   # the whole prompt in one prefill step
+    chunk_tokens: int
+    chunked_s: float                    # the same prompt in chunks (it gets slower, not faster)
+    cached_prefix_tokens: int
+    prefix_cached_s: float              # only the uncached suffix is prefilled, attending to the cached prefix
+    fp8_s: float                        # fp8 weights and activations in the GEMMs (attention stays bf16)
+    tp: int
+    tensor_parallel_s: float            # the prefill split over `tp` GPUs of one server
+    faster_gpu: str
+    faster_gpu_s: float                 # the same prefill on `faster_gpu`
+
+
+def ttft_levers(params: LatencyParams = LatencyParams(preset="summarise"), cached_prefix_tokens: int = 15_000,
+                chunk_tokens: int = 512, tp: int = 4, faster_gpu: str = "B200",
+                calibration: Optional[Calibration] = None) -> TTFTLevers:
+    """TTFT of `params`' prompt alone on the GPU: as is, chunked, with a cached prefix, in fp8,
+    with tensor parallelism and on a faster GPU. Each lever changes one thing.
+
+    >>> t = ttft_levers()
+    >>> bool(t.chunked_s > t.baseline_s > t.fp8_s > t.prefix_cached_s)
+    True
+    """
+    from sim.parallel import tensor_parallel_prefill_s   # parallel imports roofline only; kept local for clarity
+    from sim.scheduler import chunked_prefill_s
+
+    p = params
+    prompt, _ = p.lengths
+    check_int("cached_prefix_tokens", cached_prefix_tokens, minimum=0, maximum=prompt - 1)
+    check_int("chunk_tokens", chunk_tokens, minimum=1)
+    g = resolve_gpu(p.gpu)
+    cal = calibration
+    base = forward_pass(p.model, g, Batch.prefill(prompt, 1), p.precision, cal, cuda_graphs=False).time_s
+    cost = StepCost(p.model, g, p.precision, cal, cuda_graphs=False)
+    fp8 = replace(p.precision, weight_dtype="fp8", act_dtype="fp8")
+    return TTFTLevers(
+        prompt_tokens=prompt, baseline_s=base, chunk_tokens=chunk_tokens,
+        chunked_s=chunked_prefill_s(p.model, g, prompt, chunk_tokens, p.precision, cal),
+        cached_prefix_tokens=cached_prefix_tokens,
+        prefix_cached_s=cost.time_s([prompt - cached_prefix_tokens], [cached_prefix_tokens]),
+        fp8_s=forward_pass(p.model, g, Batch.prefill(prompt, 1), fp8, cal, cuda_graphs=False).time_s,
+        tp=tp, tensor_parallel_s=tensor_parallel_prefill_s(p.model, g, prompt, tp, p.precision, cal),
+        faster_gpu=faster_gpu,
+        faster_gpu_s=forward_pass(p.model, faster_gpu, Batch.prefill(prompt, 1), p.precision, None,
+                                  cuda_graphs=False).time_s)
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """A loaded server: Poisson arrivals at `rate_per_s` through the continuous-batching scheduler.
+
+    The request mix (log-uniform prompt and output lengths) is an illustrative assumption,
+    not a measured trace. The seed fixes the arrival pattern and lengths; changing the
+    rate rescales the same gaps, so runs at different rates are comparable.
+    """
+
+    model: str = "llama-3.1-8b"
+    gpu: str = "H100-SXM"
+    rate_per_s: float = 20.0            # mean arrivals per second
+    requests: int = 60
+    prompt_tokens_min: int = 200
+    prompt_tokens_max: int = 4000
+    output_tokens_min: int = 16
+    output_tokens_max: int = 512
+    max_batch: int = 64                 # slots
+    chunked_prefill: bool = True
+    token_budget: int = 2048            # tokens per step with chunked prefill
+    slo: SLO = MLPERF_V50_LLAMA2_70B_INTERACTIVE
+    target_attainment: float = 0.9      # share of requests that must meet the SLO (DistServe's 90%, R16)
+    bins: int = 24                      # histogram bins per metric
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_range("rate_per_s", self.rate_per_s, 0.01, 10_000.0)
+        check_int("requests", self.requests, minimum=2, maximum=2000)
+        check_int("bins", self.bins, minimum=2, maximum=200)
+        check_range("target_attainment", self.target_attainment, 0.0, 1.0)
+        check_int("max_batch", self.max_batch, minimum=1, maximum=4096)
+        check_int("token_budget", self.token_budget, minimum=1)
+        self.mix()                      # checks the length and seed fields
+
+    def mix(self):
+        """The seeded request mix (a `sim.scheduler.RequestMixParams`)."""
+        from sim.scheduler import RequestMixParams
+        return RequestMixParams(requests=self.requests, mean_interarrival_s=1.0 / self.rate_per_s,
+                                prompt_tokens_min=self.prompt_tokens_min, prompt_tokens_max=self.prompt_tokens_max,
+                                output_tokens_min=self.output_tokens_min, output_tokens_max=self.output_tokens_max,
+                                seed=self.seed)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Per-request latencies of a loaded run, their distributions and percentiles."""
+
+    rate_per_s: float
+    arrival_s: np.ndarray               # (requests,)
+    ttft_s: np.ndarray                  # (requests,) queueing + prefill, and waiting behind other steps
+    tpot_s: np.ndarray                  # (requests,) nan for one-token outputs
+    meets_slo: np.ndarray               # (requests,) bool: both objectives met
+    ttft_misses: int                    # requests over the TTFT objective
+    tpot_misses: int                    # requests over the TPOT objective (a request can miss both)
+    ttft_edges_s: np.ndarray            # (bins + 1,) log-spaced histogram edges
+    ttft_counts: np.ndarray             # (bins,)
+    tpot_edges_s: np.ndarray            # (bins + 1,)
+    tpot_counts: np.ndarray             # (bins,)
+    metrics: ServingMetrics             # P50/P99, attainment, throughput
+    meets_target: bool                  # attainment >= target_attainment
+    mean_batch: float                   # time-weighted mean of requests in a step
+    slo_name: str
+    calibration_note: str
+
+
+def _log_hist(values: np.ndarray, bins: int, lo: float, hi: float) -> tuple:
+    v = values[np.isfinite(values)]
+    edges = np.geomspace(lo, hi, bins + 1)
+    counts, _ = np.histogram(np.clip(v, lo, hi), edges)
+    return edges, counts
+
+
+def simulate_load(params: LoadParams = LoadParams(), calibration: Optional[Calibration] = None) -> LoadResult:
+    """Poisson arrivals at a rate through `sim.scheduler.simulate_schedule`: TTFT and TPOT of every request.
+
+    Under load TTFT includes the wait for a slot and for the other requests' steps, and
+    TPOT the other requests' prefill chunks sharing each step. Histograms are on fixed
+    log-spaced bins (10 ms to 100 s for TTFT, 1 ms to 1 s for TPOT), values outside
+    clipped into the end bins.
+
+    >>> r = simulate_load()
+    >>> r.metrics.requests, bool(r.metrics.ttft_p99_s >= r.metrics.ttft_p50_s)
+    (60, True)
+    """
+    from sim.scheduler import SchedulerParams, make_request_mix, simulate_schedule
+
+    p = params
+    run = simulate_schedule(SchedulerParams(model=p.model, gpu=p.gpu, max_batch=p.max_batch,
+                                            chunked_prefill=p.chunked_prefill, token_budget=p.token_budget,
+                                            requests=make_request_mix(p.mix())), calibration)
+    m = measure_schedule(run, p.slo)
+    ok = (run.ttft_s <= p.slo.ttft_s) & (np.isnan(run.tpot_s) | (run.tpot_s <= p.slo.tpot_s))
+    te, tc = _log_hist(run.ttft_s, p.bins, 1e-2, 100.0)
+    pe, pc = _log_hist(run.tpot_s, p.bins, 1e-3, 1.0)
+    durs = run.step_end_s - run.step_start_s
+    in_step = (run.slot_kind == 1).sum(axis=1) + (run.slot_kind == 2).sum(axis=1)
+    return LoadResult(
+        rate_per_s=p.rate_per_s, arrival_s=run.arrival_s, ttft_s=run.ttft_s, tpot_s=run.tpot_s, meets_slo=ok,
+        ttft_misses=int((run.ttft_s > p.slo.ttft_s).sum()), tpot_misses=int((run.tpot_s > p.slo.tpot_s).sum()),
+        ttft_edges_s=te, ttft_counts=tc, tpot_edges_s=pe, tpot_counts=pc, metrics=m,
+        meets_target=bool(m.slo_attainment >= p.target_attainment),
+        mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=run.calibration_note)
+
+
+@dataclass(frozen=True)
+class GoodputResult:
+    """SLO attainment against offered rate, and DistServe's goodput."""
+
+    rates_per_s: np.ndarray             # (n,) offered request rates, ascending
+    attainment: np.ndarray              # (n,) share of requests meeting the SLO at each rate
+    target_attainment: float
+    goodput_per_s: float                # highest rate of the grid up to which every rate meets the target (0: none)
+
+
+def goodput(params: LoadParams = LoadParams(), rates_per_s=tuple(range(2, 42, 2)),
+            calibration: Optional[Calibration] = None) -> GoodputResult:
+    """DistServe's goodput (R16): the highest request rate at which at least
+    `target_attainment` of requests meet the SLO, searched over `rates_per_s`.
+
+    A finite run's attainment can wobble with the rate, so the answer is the last rate
+    before the first one that misses the target (a conservative reading).
+
+    >>> g = goodput(rates_per_s=(5, 10, 40))
+    >>> float(g.goodput_per_s)
+    10.0
+    """
+    rates = np.array(sorted(float(r) for r in rates_per_s))
+    if rates.size == 0:
+        raise ValueError("rates_per_s must not be empty")
+    att = np.array([simulate_load(replace(params, rate_per_s=float(r)), calibration).metrics.slo_attainment
+                    for r in rates])
+    ok = att >= params.target_attainment
+    first_miss = int(np.argmin(ok)) if not ok.all() else rates.size
+    return GoodputResult(rates_per_s=rates, attainment=att, target_attainment=params.target_attainment,
+                         goodput_per_s=float(rates[first_miss - 1]) if first_miss > 0 else 0.0)

@@ -51,6 +51,51 @@ def allreduce_time_s(message_bytes: float, tp: int, link_bytes_per_s: float,
     return latency_s + 2.0 * (tp - 1) / tp * message_bytes / link_bytes_per_s
 
 
+def _tp_busy_each_s(f, m, cal: Calibration, tp: int) -> list[float]:
+    """Busy seconds of one instance of each op of forward pass `f` on one GPU of `tp`: GEMMs and
+    attention split TP ways (KV heads replicated beyond num_kv_heads), elementwise ops replicated."""
+    each = []
+    for o in f.ops:
+        if o.kind == "elementwise":
+            t = o.time_s
+        elif o.kind == "attention":
+            t = cal.op_time_s(o.flops / tp, o.act_bytes / tp + o.kv_bytes / min(tp, m.num_kv_heads), o.dtype)
+        else:
+            t = cal.op_time_s(o.flops / tp, o.nbytes / tp, o.dtype)
+        each.append(max(t - cal.launch_overhead_s, 0.0))
+    return each
+
+
+def tensor_parallel_prefill_s(model, gpu, prompt_tokens: int, tp: int, precision: Optional[Precision] = None,
+                              calibration: Optional[Calibration] = None) -> float:
+    """Time of one prompt's prefill split over `tp` GPUs of one server (tensor parallelism).
+
+    Each GPU does 1/TP of every GEMM and attention head (elementwise ops are replicated),
+    launches every kernel eagerly, and every layer ends in two all-reduces of the prompt's
+    activations (prompt x hidden x activation bytes) over NVLink (R33).
+
+    >>> from sim.roofline import prefill_pass
+    >>> tensor_parallel_prefill_s("llama-3.1-8b", "H100-SXM", 4096, 1) == prefill_pass(
+    ...     "llama-3.1-8b", "H100-SXM", 4096).time_s
+    True
+    """
+    check_int("prompt_tokens", prompt_tokens, minimum=1)
+    check_int("tp", tp, minimum=1)
+    m, g = resolve_model(model), resolve_gpu(gpu)
+    if tp > m.num_heads:
+        raise ValueError(f"tp ({tp}) must be <= the model's {m.num_heads} query heads")
+    cal = calibration if calibration is not None else for_gpu(g)
+    prec = precision or Precision()
+    f = forward_pass(m, g, Batch.prefill(prompt_tokens, 1), prec, cal, cuda_graphs=False)
+    if tp == 1:
+        return f.time_s
+    link = g.nvlink_bytes_per_s_per_direction or PCIE_GEN4_X16_BYTES_PER_S
+    msg = prompt_tokens * m.hidden_size * bytes_per_elem(prec.act_dtype)
+    compute = launched_step_time_s(_tp_busy_each_s(f, m, cal, tp), f.ops, m.num_layers,
+                                   cal.launch_overhead_s, cuda_graphs=False)
+    return compute + m.num_layers * 2 * allreduce_time_s(msg, tp, link)
+
+
 @checked_params
 @dataclass(frozen=True)
 class ParallelParams:
@@ -158,15 +203,7 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
             w_gpu = weights / (tp * pp)
             kv_gpu = kv_total / (pp * min(tp, m.num_kv_heads))
             used = w_gpu + kv_gpu + reserve
-            each = []                    # busy seconds of one instance of each op on one GPU
-            for o in f.ops:
-                if o.kind == "elementwise":
-                    t = o.time_s
-                elif o.kind == "attention":      # KV heads split TP ways, replicated beyond num_kv_heads
-                    t = cal.op_time_s(o.flops / tp, o.act_bytes / tp + o.kv_bytes / min(tp, m.num_kv_heads), o.dtype)
-                else:
-                    t = cal.op_time_s(o.flops / tp, o.nbytes / tp, o.dtype)
-                each.append(max(t - launch, 0.0))
+            each = _tp_busy_each_s(f, m, cal, tp)
             # one graph launch per stage, or the eager launch queue (launches hide behind longer kernels)
             compute = launched_step_time_s(each, f.ops, m.num_layers, launch * pp, p.cuda_graphs)
             comm = m.num_layers * 2 * allreduce_time_s(msg, tp, link) + (pp - 1) * (

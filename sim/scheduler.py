@@ -8,7 +8,10 @@ Policies
 - "static": requests are grouped into a batch of up to `max_batch`; the batch is
   prefilled together and then decoded until its *longest* request is done. Finished
   requests keep their slot as padding (the batch shape is fixed, so they still cost a
-  token per step) and arrivals wait for the whole batch to finish.
+  token per step) and arrivals wait for the whole batch to finish. Like a static
+  batching server's queue (a maximum batch size and a maximum queueing delay), an idle
+  GPU starts the next batch once `max_batch` requests wait or the oldest has waited
+  `batch_timeout_s`, whichever comes first.
 - "continuous" (iteration-level scheduling, introduced by Orca, R7): at every step
   finished requests leave and waiting ones join.
     * without chunked prefill, a step that admits new requests prefills their whole
@@ -40,12 +43,13 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import Optional
 
 import numpy as np
 
 from sim.calibration import Calibration
-from sim.checks import check_choice, check_int, check_non_negative, checked_params
+from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.models import resolve as resolve_model
@@ -54,7 +58,7 @@ from sim.roofline import Precision, StepCost, stored_weight_bytes
 POLICIES = ("static", "continuous")
 SLOT_KINDS = ("idle", "prefill", "decode", "padding", "stalled")   # codes 0..4 in slot_kind
 SLOT_IDLE, SLOT_PREFILL, SLOT_DECODE, SLOT_PADDING, SLOT_STALLED = range(5)
-_ARRIVAL, _STEP_END = 0, 1
+_ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
 ADMISSION_WATERMARK = 0.01   # share of KV blocks kept free when admitting beside running requests (vLLM's default)
 
 
@@ -148,6 +152,7 @@ class SchedulerParams:
     precision: Precision = Precision()
     cuda_graphs: bool = True                # decode-only steps replay a CUDA graph (R2); others launch eagerly
     seed: int = 0                           # seed of the default request mix
+    batch_timeout_s: float = 0.1            # static only: longest wait for a full batch before starting one
     max_steps: int = 200_000                # safety stop
 
     def __post_init__(self) -> None:
@@ -160,6 +165,7 @@ class SchedulerParams:
         check_int("long_prompt_tokens", self.long_prompt_tokens, minimum=1)
         check_non_negative("long_prompt_arrival_s", self.long_prompt_arrival_s)
         check_int("seed", self.seed, minimum=0)
+        check_range("batch_timeout_s", self.batch_timeout_s, 0.0, 3600.0)
         check_int("max_steps", self.max_steps, minimum=1)
         if self.requests is not None:
             if not self.requests:
@@ -219,6 +225,7 @@ class ScheduleResult:
     slot_utilisation: float         # time-weighted share of slots doing prefill or decode while busy
     longest_decode_stall_s: float   # max over requests of the longest inter-token gap
     throughput_tokens_per_s: float  # output tokens / makespan
+    calibration_note: str = ""      # where the step times come from
 
     @property
     def steps(self) -> int:
@@ -296,6 +303,7 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
     watermark = max(1, math.ceil(ADMISSION_WATERMARK * capacity_blocks))
     static_batch: list = []
     events: list = []
+    wake_at = [math.nan]          # pending static-batch deadline (one at a time)
     seq = 0
     for r in reqs:
         heapq.heappush(events, (r.spec.arrival_s, seq, _ARRIVAL, r.i))
@@ -371,14 +379,14 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
             if admitted:
                 return admitted
             for r in list(running):
-                if r in running and r.phase == "decode" and grow(r, 1):
+                if r.phase == "decode" and grow(r, 1):      # a preempted request is "waiting" again
                     batch.append((r, 1, SLOT_DECODE))
             return batch
         budget = p.token_budget
         for r in list(running):
             if budget == 0:
                 break
-            if r in running and r.phase == "decode" and grow(r, 1):
+            if r.phase == "decode" and grow(r, 1):
                 batch.append((r, 1, SLOT_DECODE))
                 budget -= 1
         for r in list(running):
@@ -404,8 +412,15 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         return batch
 
     def plan_static() -> list:
-        nonlocal free_blocks, static_batch
+        nonlocal free_blocks, static_batch, seq
         if not static_batch:
+            deadline = waiting[0].spec.arrival_s + p.batch_timeout_s if waiting else math.inf
+            if waiting and len(waiting) < p.max_batch and now < deadline:
+                if wake_at[0] != deadline:          # wait for more requests, at most until the deadline
+                    wake_at[0] = deadline
+                    heapq.heappush(events, (deadline, seq, _WAKE, -1))
+                    seq += 1
+                return []
             while waiting and free_slots:
                 r = waiting[0]
                 need = blocks_for(r.spec.prompt_tokens + r.spec.output_tokens)   # reserved up front
@@ -424,12 +439,20 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         plan = plan_static() if p.policy == "static" else plan_continuous()
         if not plan:
             return
-        new = [t for _, t, _ in plan]
-        ctx = [r.computed for r, _, _ in plan]
-        pre = sum(t for _, t, k in plan if k == SLOT_PREFILL)
-        dec = sum(t for _, t, k in plan if k == SLOT_DECODE)
-        pad = sum(t for _, t, k in plan if k == SLOT_PADDING)
-        logits = sum(1 for r, t, k in plan if k != SLOT_PREFILL or r.computed + t >= r.target)
+        new, ctx = [], []
+        pre = dec = pad = logits = 0
+        for r, t, k in plan:
+            new.append(t)
+            ctx.append(r.computed)
+            if k == SLOT_PREFILL:
+                pre += t
+                logits += r.computed + t >= r.target
+            else:
+                logits += 1
+                if k == SLOT_DECODE:
+                    dec += t
+                else:
+                    pad += t
         dur = cost.time_s(new, ctx, logits_seqs=logits, cuda_graphs=p.cuda_graphs and pre == 0)
         prefill_total += pre
         decode_total += dec
@@ -457,8 +480,8 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         nonlocal done
         if r.generated == 0:
             r.first = now
-        else:
-            r.max_itl = max(r.max_itl, now - r.last)
+        elif now - r.last > r.max_itl:
+            r.max_itl = now - r.last
         r.last = now
         r.generated += 1
         if r.generated >= r.spec.output_tokens:
@@ -497,7 +520,7 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         if kind == _ARRIVAL:
             reqs[idx].phase = "waiting"
             waiting.append(reqs[idx])
-        else:
+        elif kind == _STEP_END:
             finish_step()
         if not gpu_busy and (not events or events[0][0] > now):
             start_step()
@@ -511,7 +534,8 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
     starts, ends = np.array(st_start), np.array(st_end)
     durs = ends - starts
-    kinds = np.array(rows_kind, dtype=np.int8).reshape(len(st_start), p.max_batch)
+    n_cells = len(st_start) * p.max_batch
+    kinds = np.fromiter(chain.from_iterable(rows_kind), np.int8, n_cells).reshape(len(st_start), p.max_batch)
     busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
     busy = float(durs.sum())
     makespan = float(finish.max() - arrival.min())
@@ -525,14 +549,15 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
         preemptions=np.array([r.preempt for r in reqs]),
         step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(st_pre, dtype=np.int64),
         step_decode_tokens=np.array(st_dec, dtype=np.int64), step_kv_tokens=np.array(st_kv, dtype=np.int64),
-        slot_request=np.array(rows_req, dtype=np.int32).reshape(len(st_start), p.max_batch), slot_kind=kinds,
+        slot_request=np.fromiter(chain.from_iterable(rows_req), np.int32, n_cells).reshape(len(st_start), p.max_batch),
+        slot_kind=kinds,
         slot_kind_names=SLOT_KINDS, kv_capacity_tokens=capacity_blocks * bs,
         prefill_tokens=prefill_total, recomputed_tokens=prefill_total - int(sum(s.prompt_tokens for s in specs)),
         discarded_tokens=discarded, decode_tokens=decode_total, prefill_emissions=prefill_emits,
         emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=padding_total, makespan_s=makespan, busy_s=busy,
         slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
         longest_decode_stall_s=float(max_itl.max()), throughput_tokens_per_s=float(out.sum() / makespan)
-        if makespan > 0 else math.inf)
+        if makespan > 0 else math.inf, calibration_note=cost.calibration.note)
 
 
 @dataclass(frozen=True)
@@ -553,3 +578,26 @@ def compare_schedules(params: SchedulerParams = SchedulerParams(),
     """
     return ScheduleComparison(static=simulate_schedule(replace(params, policy="static"), calibration),
                               continuous=simulate_schedule(replace(params, policy="continuous"), calibration))
+
+
+def chunked_prefill_s(model, gpu, prompt_tokens: int, chunk_tokens: int, precision: Optional[Precision] = None,
+                      calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> float:
+    """Prefill time of one prompt alone on the GPU, in steps of at most `chunk_tokens` tokens.
+
+    Chunk i attends to the keys and values of the chunks before it (read back from the
+    cache) and only the last chunk computes logits. `cuda_graphs` charges each step one
+    launch instead of one per kernel. A chunk at least as long as the prompt is the whole
+    prefill in one step.
+
+    >>> whole = chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 8192)
+    >>> bool(chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 512) > whole)
+    True
+    """
+    check_int("prompt_tokens", prompt_tokens, minimum=1)
+    check_int("chunk_tokens", chunk_tokens, minimum=1)
+    cost = StepCost(model, gpu, precision or Precision(), calibration, cuda_graphs)
+    total = 0.0
+    for done in range(0, prompt_tokens, chunk_tokens):
+        n = min(chunk_tokens, prompt_tokens - done)
+        total += cost.time_s([n], [done], logits_seqs=1 if done + n >= prompt_tokens else 0)
+    return total

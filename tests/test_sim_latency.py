@@ -62,7 +62,7 @@ def test_serving_metrics_goodput():
     m = latency.serving_metrics(np.array([0.1, 0.2, 0.9, 0.3]), np.array([0.02, 0.05, 0.01, np.nan]),
                                 np.array([100, 100, 100, 1]), makespan_s=10.0)
     assert m.slo_attainment == 0.5                          # #1 ok, #2 TPOT too slow, #3 TTFT too slow, #4 ok
-    assert m.goodput_requests_per_s == pytest.approx(0.2)
+    assert m.slo_met_requests_per_s == pytest.approx(0.2)
     assert m.throughput_tokens_per_s == pytest.approx(30.1)
     assert m.tpot_p50_s == pytest.approx(0.02)
 
@@ -86,3 +86,94 @@ def test_measure_schedule_uses_the_run():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_tpot_grows_with_context_once_the_cache_rivals_the_weights():
+    """One user, 8B on an H100: each decode step reads the weights and the whole cache, so TPOT rises
+    by (extra cache bytes) / (effective bandwidth), and at 128K the cache outweighs the weights."""
+    short = latency.estimate_latency(latency.LatencyParams(prompt_tokens=1000, output_tokens=2), calibration=SPEC)
+    long = latency.estimate_latency(latency.LatencyParams(prompt_tokens=128_000, output_tokens=2), calibration=SPEC)
+    per_token = 2 * 32 * 8 * 128 * 2                     # K and V, 32 layers, 8 KV heads of 128, bf16
+    bandwidth = 0.8 * 3.35e12                            # spec-sheet calibration: 80% of HBM3's 3.35 TB/s
+    assert long.tpot_s - short.tpot_s == pytest.approx((128_000 - 1000) * per_token / bandwidth, rel=0.02)
+    assert short.tpot_s == pytest.approx(5.7e-3, abs=0.1e-3) and long.tpot_s == pytest.approx(11.9e-3, abs=0.1e-3)
+    step = roofline.decode_step("llama-3.1-8b", "H100-SXM", 1, 128_000, calibration=SPEC)
+    assert step.kv_bytes > step.weight_bytes
+    ctx = [1000, 8000, 32_000, 64_000, 128_000]
+    tpots = [latency.estimate_latency(latency.LatencyParams(prompt_tokens=c, output_tokens=2),
+                                      calibration=SPEC).tpot_s for c in ctx]
+    assert np.all(np.diff(tpots) > 0)
+
+
+def test_ttft_levers_each_change_one_thing():
+    t = latency.ttft_levers(calibration=SPEC)
+    cost = roofline.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC, cuda_graphs=False)
+    assert t.baseline_s == pytest.approx(cost.time_s([16_000], [0]))
+    # chunking makes this prompt's own first token later: every chunk re-reads the earlier chunks' cache
+    assert t.chunked_s == pytest.approx(scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 16_000, 512,
+                                                                    calibration=SPEC))
+    assert t.chunked_s > t.baseline_s
+    # a cached prefix: only the last 1,000 tokens are computed, attending to the 15,000 cached ones
+    assert t.prefix_cached_s == pytest.approx(cost.time_s([1000], [15_000]))
+    assert t.prefix_cached_s < t.baseline_s / 10
+    # fp8 GEMMs run at twice bf16's tensor rate and fp8 activations halve the elementwise bytes;
+    # attention stays bf16, so the saving is half of the rest
+    busy = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 16_000, calibration=SPEC).busy_time_by_kind_s()
+    assert t.baseline_s - t.fp8_s == pytest.approx((busy["gemm"] + busy["elementwise"]) / 2, rel=0.01)
+    # four GPUs: less than 4x faster (all-reduces, replicated elementwise work), more than 2x
+    assert t.baseline_s / 4 < t.tensor_parallel_s < t.baseline_s / 2
+    # B200's 2.25 PFLOP/s dense bf16 against H100's 989 TFLOP/s: a compute-bound prefill speeds up ~2.3x
+    assert t.baseline_s / t.faster_gpu_s == pytest.approx(2250 / 989, rel=0.1)
+
+
+def test_ttft_levers_reject_a_cache_longer_than_the_prompt():
+    with pytest.raises(ValueError, match="cached_prefix_tokens"):
+        latency.ttft_levers(cached_prefix_tokens=16_000)
+
+
+def test_loaded_server_percentiles_and_histograms():
+    r = latency.simulate_load(latency.LoadParams(), calibration=SPEC)
+    assert r.metrics.ttft_p50_s == pytest.approx(np.percentile(r.ttft_s, 50))
+    assert r.metrics.ttft_p99_s == pytest.approx(np.percentile(r.ttft_s, 99))
+    assert r.ttft_counts.sum() == 60 and r.tpot_counts.sum() == np.isfinite(r.tpot_s).sum()
+    assert r.metrics.slo_attainment == pytest.approx(r.meets_slo.mean())
+    slo = latency.MLPERF_V50_LLAMA2_70B_INTERACTIVE
+    assert r.ttft_misses == (r.ttft_s > slo.ttft_s).sum() and r.tpot_misses == (r.tpot_s > slo.tpot_s).sum()
+    assert max(r.ttft_misses, r.tpot_misses) <= (~r.meets_slo).sum() <= r.ttft_misses + r.tpot_misses
+    again = latency.simulate_load(latency.LoadParams(), calibration=SPEC)
+    assert np.array_equal(r.ttft_s, again.ttft_s)                        # seeded: the same run every time
+    # an idle-ish server: first tokens are about one prefill; a busy one queues, so the tail grows
+    quiet = latency.simulate_load(latency.LoadParams(rate_per_s=2), calibration=SPEC)
+    busy = latency.simulate_load(latency.LoadParams(rate_per_s=40), calibration=SPEC)
+    assert quiet.metrics.ttft_p99_s < latency.MLPERF_V50_LLAMA2_70B_INTERACTIVE.ttft_s < busy.metrics.ttft_p99_s
+    assert busy.metrics.slo_attainment < 0.5 < 0.99 < quiet.metrics.slo_attainment + 0.01
+
+
+def test_chunk_budget_moves_which_limit_breaks_first():
+    """Whole prompts stall the running decodes (TPOT misses); small chunks queue the prompts (TTFT misses)."""
+    whole = latency.simulate_load(latency.LoadParams(chunked_prefill=False), calibration=SPEC)
+    small = latency.simulate_load(latency.LoadParams(token_budget=512), calibration=SPEC)
+    assert whole.tpot_misses > whole.ttft_misses and small.ttft_misses > small.tpot_misses == 0
+    assert small.metrics.tpot_p99_s < whole.metrics.tpot_p99_s and small.metrics.ttft_p50_s > whole.metrics.ttft_p50_s
+
+
+def test_goodput_is_distserves_highest_rate_meeting_the_target():
+    p = latency.LoadParams()
+    g = latency.goodput(p, rates_per_s=(4, 8, 12, 16, 20, 24, 28), calibration=SPEC)
+    i = list(g.rates_per_s).index(g.goodput_per_s)
+    assert np.all(g.attainment[: i + 1] >= 0.9) and g.attainment[i + 1] < 0.9
+    for rate, att in zip(g.rates_per_s, g.attainment):
+        run = latency.simulate_load(latency.LoadParams(rate_per_s=float(rate)), calibration=SPEC)
+        assert att == run.metrics.slo_attainment
+    none = latency.goodput(latency.LoadParams(slo=latency.SLO("tight", 1e-4, 1e-4)), rates_per_s=(4,),
+                           calibration=SPEC)
+    assert none.goodput_per_s == 0.0
+
+
+def test_load_params_reject_bad_input():
+    with pytest.raises(ValueError, match="rate_per_s"):
+        latency.LoadParams(rate_per_s=0)
+    with pytest.raises(ValueError, match="target_attainment"):
+        latency.LoadParams(target_attainment=1.5)
+    with pytest.raises(ValueError, match="prompt_tokens_max"):
+        latency.LoadParams(prompt_tokens_min=500, prompt_tokens_max=100)

@@ -51,11 +51,11 @@ requests_st = st.lists(st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.int
 
 @settings(max_examples=60, deadline=None)
 @given(requests_st, st.sampled_from(["static", "continuous"]), st.booleans(), st.integers(1, 8),
-       st.integers(1, 700), st.integers(3100, 12000), st.sampled_from([1, 16]))
-def test_conservation_and_limits(reqs, policy, chunked, max_batch, budget, capacity, block):
+       st.integers(1, 700), st.integers(3100, 12000), st.sampled_from([1, 16]), st.sampled_from([0.0, 0.03, 1.0]))
+def test_conservation_and_limits(reqs, policy, chunked, max_batch, budget, capacity, block, timeout):
     specs = tuple(RequestSpec(f"q{i}", a, pr, out) for i, (a, pr, out) in enumerate(reqs))
     p = SchedulerParams(policy=policy, chunked_prefill=chunked, max_batch=max_batch, token_budget=budget,
-                        kv_capacity_tokens=capacity, block_size=block, requests=specs)
+                        kv_capacity_tokens=capacity, block_size=block, requests=specs, batch_timeout_s=timeout)
     r = scheduler.simulate_schedule(p, calibration=SPEC)
     check_conservation(r, p)
 
@@ -161,3 +161,37 @@ def test_request_mix_is_seeded():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_static_batch_waits_for_a_full_batch_or_the_timeout():
+    # eight requests 10 ms apart fill eight slots at 70 ms, before a 1 s timeout
+    eight = tuple(RequestSpec(f"q{i}", 0.01 * i, 100, 5) for i in range(8))
+    r = run(policy="static", requests=eight, batch_timeout_s=1.0)
+    assert np.all(r.admitted_s == pytest.approx(0.07))
+    # three requests never fill the batch: it starts when the oldest has waited the timeout
+    three = eight[:3]
+    r = run(policy="static", requests=three, batch_timeout_s=0.05)
+    assert np.all(r.admitted_s == pytest.approx(0.05))
+    # no timeout: an idle GPU starts at once with whoever is there
+    r = run(policy="static", requests=three, batch_timeout_s=0.0)
+    assert r.admitted_s[0] == 0.0
+    # the continuous scheduler ignores the timeout
+    a = run(requests=three, batch_timeout_s=0.0)
+    b = run(requests=three, batch_timeout_s=0.5)
+    assert np.array_equal(a.ttft_s, b.ttft_s)
+
+
+def test_batch_timeout_is_validated():
+    with pytest.raises(ValueError, match="batch_timeout_s"):
+        SchedulerParams(batch_timeout_s=-0.1)
+
+
+def test_chunked_prefill_s_matches_the_scheduler():
+    one = (RequestSpec("p", 0.0, 8192, 1),)
+    for budget in (512, 3000, 8192):
+        r = run(requests=one, chunked_prefill=True, token_budget=budget)
+        assert scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, budget,
+                                           calibration=SPEC) == pytest.approx(r.ttft_s[0], rel=1e-12)
+    whole = run(requests=one)
+    assert scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 10_000,
+                                       calibration=SPEC) == pytest.approx(whole.ttft_s[0], rel=1e-12)

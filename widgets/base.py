@@ -106,3 +106,25 @@ def stepper(n_steps: int, label: str = "Step", interval_ms: int = 900,
                              loop_policy="once", show_loop_controls=False, show_value=True,
                              visible_buttons=["first", "previous", "pause", "play", "next", "last"],
                              width=width)
+
+
+def legend_glyph(p, glyph: str, **style: Any):
+    """An undrawn glyph (one NaN point) whose only job is a legend entry with a fixed style.
+
+    Bokeh draws a legend swatch only for renderers with data, so a legend entry for a
+    colour that the plot takes from its data, or for an annotation such as a Span, needs
+    a stand-in renderer.
+    """
+    nan = float("nan")
+    if glyph in ("rect", "quad"):
+        return p.quad(left=[nan], right=[nan], bottom=[nan], top=[nan], **style)
+    return getattr(p, glyph)(x=[nan], y=[nan], **style)
+
+
+def inset_legend(p, items: list[tuple[str, Any]], location: str = "top_right") -> None:
+    """A small legend inside plot `p`: (label, renderer) pairs."""
+    from bokeh.models import Legend, LegendItem
+
+    p.add_layout(Legend(items=[LegendItem(label=label, renderers=[r]) for label, r in items], location=location,
+                        label_text_font_size="10px", background_fill_alpha=0.7, padding=2, margin=4, spacing=0),
+                 "center")

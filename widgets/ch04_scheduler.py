@@ -1,8 +1,9 @@
 """ch04-scheduler: static batching against continuous (iteration-level) batching.
 
-The same request mix runs through two schedulers. Static batching fills its slots, runs
-the whole batch until its longest request ends (finished requests keep their slot as
-padding) and makes new arrivals wait for the next batch. Continuous batching decides
+The same request mix runs through two schedulers. Static batching waits until its slots are
+full or the oldest waiting request has waited the batch timeout, runs the whole batch
+until its longest request ends (finished requests keep their slot as padding) and makes
+new arrivals wait for the next batch. Continuous batching decides
 before every step who runs: finished requests leave and waiting ones join at once
 (Orca, R7). Each timeline is slots (rows) against time; every cell is one step of one
 slot, coloured by what the slot did in that step.
@@ -12,8 +13,8 @@ running decode stalls for as long as that prefill takes. Chunked prefill gives e
 a token budget (decodes first, then prompt chunks), so the long prompt is spread over
 several steps and the stall shrinks to one chunk.
 
-Controls: GPU, model, slots (batch size), the long-prompt button (a toggle), chunked
-prefill on/off and its token budget. One call: sim.scheduler.compare_schedules.
+Controls: GPU, model, slots (batch size), the static batcher's timeout, the long-prompt
+button (a toggle), chunked prefill on/off and its token budget. One call: sim.scheduler.compare_schedules.
 Readouts: per-request TTFT (plot), mean and worst TTFT, slot utilisation, longest decode
 stall, time to finish the mix, padding tokens.
 """
@@ -21,33 +22,24 @@ from __future__ import annotations
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem, Range1d
 
-from sim import calibration, hardware, models
+from sim import hardware, models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, plot, provenance,
-                          readout, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, inset_legend,
+                          legend_glyph, plot, provenance, readout, watch)
 
 FIGURE_ID = "ch04-scheduler"
 TITLE = "Static and continuous batching of the same requests"
 MODELS = ("llama-3.1-8b", "llama-2-7b", "gemma-7b", "llama-3.2-1b")   # fit on every GPU in the list
 BUDGETS = (128, 256, 512, 1024, 2048, 4096)
+TIMEOUTS_MS = (0, 25, 50, 100, 200)
 POLICIES = ("static", "continuous")
 KIND_COLOURS = {"idle": "#ececec", "prefill": ORANGE, "decode": BLUE, "padding": PURPLE, "stalled": VERMILION}
-KIND_MEANING = {"prefill": "prompt tokens", "decode": "one new token", "stalled": "waits (holds its slot)",
-                "padding": "finished, still computed", "idle": "empty"}
+KIND_LABELS = {"prefill": "prefill", "decode": "decode", "stalled": "stalled (holds a slot)",
+               "padding": "padding (finished, still computed)", "idle": "idle"}
 TIMELINE_HEIGHT = 170
 PLOT_WIDTH = 600
-
-
-def _legend_html() -> str:
-    cells = "".join(
-        f'<span style="display:inline-block;margin-right:14px;white-space:nowrap">'
-        f'<span style="display:inline-block;width:12px;height:12px;background:{KIND_COLOURS[k]};'
-        f'border:1px solid #bbb;vertical-align:-2px;margin-right:4px"></span><b>{k}</b> '
-        f'<span style="color:#666">{KIND_MEANING[k]}</span></span>'
-        for k in ("prefill", "decode", "stalled", "padding", "idle"))
-    return f'<div class="fig-legend" style="font-size:12px">{cells}</div>'
 
 
 def _numbers_html(rows: list[tuple[str, str, str]]) -> str:
@@ -64,6 +56,9 @@ def build() -> FigureView:
                               value=defaults.model, width=CONTROL_WIDTH)
     slots = pn.widgets.IntSlider(label="Slots (requests running at once)", start=2, end=16,
                                  value=defaults.max_batch, width=CONTROL_WIDTH)
+    timeout = pn.widgets.Select(label="Static: wait for a full batch at most",
+                                options={f"{t} ms": t / 1e3 for t in TIMEOUTS_MS},
+                                value=defaults.batch_timeout_s, width=CONTROL_WIDTH)
     long_prompt = pn.widgets.Toggle(
         label=(f"Add a long prompt ({defaults.long_prompt_tokens:,} tokens) "
                f"at {defaults.long_prompt_arrival_s * 1e3:.0f} ms"),
@@ -84,32 +79,41 @@ def build() -> FigureView:
     x_range = Range1d(0, 1)
     timelines = {}
     for pol in POLICIES:
-        p = plot(pol, "time since the first request arrived (ms)", "slot", width=PLOT_WIDTH, height=TIMELINE_HEIGHT,
-                 x_range=x_range, y_range=Range1d(-1.5, defaults.max_batch - 0.5))
+        first = pol == POLICIES[0]                     # the upper timeline carries the legend
+        p = plot(pol, "time since the first request arrived (ms)", "slot", width=PLOT_WIDTH,
+                 height=TIMELINE_HEIGHT + (34 if first else 0), x_range=x_range,
+                 y_range=Range1d(-1.5, defaults.max_batch - 0.5))
         p.ygrid.grid_line_color = None
-        renderers = []
-        for kind in SLOT_KINDS:
-            renderers.append(p.quad(left="left", right="right", bottom="bottom", top="top",
-                                    source=sources[f"{pol}_{kind}"], fill_color=KIND_COLOURS[kind],
-                                    line_color=None))
-        p.scatter("t_ms", "y", source=arrivals, marker="triangle", size=7, color="#444")
-        p.add_tools(HoverTool(renderers=renderers, tooltips=[("request", "@request"), ("step", "@step"),
-                                                             ("from", "@left{0.0} ms"), ("to", "@right{0.0} ms")]))
+        renderers = {kind: p.quad(left="left", right="right", bottom="bottom", top="top",
+                                  source=sources[f"{pol}_{kind}"], fill_color=KIND_COLOURS[kind], line_color=None)
+                     for kind in SLOT_KINDS}
+        arrived = p.scatter("t_ms", "y", source=arrivals, marker="triangle", size=7, color="#444")
+        if first:
+            items = [LegendItem(label=KIND_LABELS[k], renderers=[legend_glyph(p, "quad", fill_color=KIND_COLOURS[k],
+                                                                             line_color=None)])
+                     for k in ("prefill", "decode", "stalled", "padding", "idle")]
+            p.add_layout(Legend(items=[*items, LegendItem(label="arrival", renderers=[arrived])],
+                                orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
+                                spacing=6, glyph_width=14), "above")
+        p.add_tools(HoverTool(renderers=list(renderers.values()), tooltips=[("request", "@request"), ("step", "@step"),
+                                                                            ("from", "@left{0.0} ms"),
+                                                                            ("to", "@right{0.0} ms")]))
         timelines[pol] = p
 
-    p_ttft = plot("Time to first token: static (grey squares), continuous (blue dots)", "request (in arrival order)",
+    p_ttft = plot("Time to first token of each request", "request (in arrival order)",
                   "TTFT (ms, log scale)", width=PLOT_WIDTH, height=210, x_range=FactorRange(factors=[]), x_type="auto",
                   y_type="log")
     p_ttft.y_range.range_padding = 0.3
-    p_ttft.scatter("request", "static_ms", source=ttft, marker="square", size=9, color=GREY)
-    p_ttft.scatter("request", "continuous_ms", source=ttft, size=9, color=BLUE)
+    r_static = p_ttft.scatter("request", "static_ms", source=ttft, marker="square", size=9, color=GREY)
+    r_cont = p_ttft.scatter("request", "continuous_ms", source=ttft, size=9, color=BLUE)
+    inset_legend(p_ttft, [("static", r_static), ("continuous", r_cont)], "top_left")
     p_ttft.xaxis.major_label_text_font_size = "10px"
 
-    legend = readout(_legend_html(), width=PLOT_WIDTH)
     numbers, note = readout(width=CONTROL_WIDTH), readout(width=860)
 
     def update() -> None:
         c = compare_schedules(SchedulerParams(model=model.value, gpu=gpu.value, max_batch=slots.value,
+                                              batch_timeout_s=timeout.value,
                                               add_long_prompt=long_prompt.value, chunked_prefill=chunked.value,
                                               token_budget=budget.value))
         results = {"static": c.static, "continuous": c.continuous}
@@ -128,7 +132,8 @@ def build() -> FigureView:
         ttft.data = {"request": k.requests, "static_ms": s.ttft_s * 1e3, "continuous_ms": k.ttft_s * 1e3}
         p_ttft.x_range.factors = list(k.requests)
         x_range.end = max(s.finish_s.max(), k.finish_s.max()) * 1e3
-        timelines["static"].title.text = "Static: each batch runs until its longest request ends"
+        timelines["static"].title.text = (f"Static: waits for {slots.value} requests or {timeout.value * 1e3:.0f} ms, "
+                                          "runs until the longest ends")
         timelines["continuous"].title.text = "Continuous: " + (
             f"chunked prefill, at most {budget.value:,} tokens a step" if k.chunked_prefill
             else "each prompt prefilled whole in one step")
@@ -142,26 +147,26 @@ def build() -> FigureView:
             ("output tokens/s", f"{s.throughput_tokens_per_s:,.0f}", f"{k.throughput_tokens_per_s:,.0f}"),
             ("padding tokens", f"{s.padding_tokens:,}", f"{k.padding_tokens:,}"),
         ])
-        cal = calibration.for_gpu(hardware.get(gpu.value))
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16, on one GPU; KV cache room {k.kv_capacity_tokens:,} tokens. "
             f"Workload: {len(k.requests)} requests (seed {mix.seed}), Poisson arrivals every "
             f"{mix.mean_interarrival_s * 1e3:.0f} ms on average, prompts {mix.prompt_tokens_min:,}-"
             f"{mix.prompt_tokens_max:,} tokens, outputs {mix.output_tokens_min}-{mix.output_tokens_max} tokens "
-            f"(log-uniform). Triangles mark arrivals. Utilisation = share of slot-time spent on prefill or decode "
-            f"while the GPU is busy. {cal.note}")
+            f"(log-uniform). Utilisation = share of slot-time spent on prefill or decode "
+            f"while the GPU is busy. {k.calibration_note}")
 
-    watch([gpu, model, slots, long_prompt, chunked, budget], update)
+    watch([gpu, model, slots, timeout, long_prompt, chunked, budget], update)
     update()
     layout = pn.Column(
-        pn.Row(pn.Column(gpu, model, slots, long_prompt, chunked, budget_label, budget, numbers,
+        pn.Row(pn.Column(gpu, model, slots, timeout, long_prompt, chunked, budget_label, budget, numbers,
                          width=CONTROL_WIDTH + 20),
-               pn.Column(legend, pn.pane.Bokeh(timelines["static"]), pn.pane.Bokeh(timelines["continuous"]),
+               pn.Column(pn.pane.Bokeh(timelines["static"]), pn.pane.Bokeh(timelines["continuous"]),
                          pn.pane.Bokeh(p_ttft))),
         note)
     return FigureView(FIGURE_ID, layout,
-                      controls={"gpu": gpu, "model": model, "slots": slots, "long_prompt": long_prompt,
+                      controls={"gpu": gpu, "model": model, "slots": slots, "timeout": timeout,
+                                "long_prompt": long_prompt,
                                 "chunked": chunked, "budget": budget},
                       sources={**sources, "arrivals": arrivals, "ttft": ttft},
-                      readouts={"legend": legend, "numbers": numbers, "note": note},
+                      readouts={"numbers": numbers, "note": note},
                       plots=[timelines["static"], timelines["continuous"], p_ttft])

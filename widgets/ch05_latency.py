@@ -14,13 +14,13 @@ do not fit in its 24 GB. One call: sim.latency.estimate_latency.
 from __future__ import annotations
 
 import panel as pn
-from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, Legend, LegendItem, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, Range1d
 
 from sim import hardware, models
 from sim.latency import MLPERF_V50_LLAMA2_70B_INTERACTIVE as MLPERF
 from sim.latency import PRESETS, LatencyParams, estimate_latency
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, VERMILION, FigureView, plot, provenance,
-                          readout, rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, VERMILION, FigureView, inset_legend, plot,
+                          provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch05-latency"
 TITLE = "TTFT, TPOT and end-to-end latency of one request"
@@ -64,11 +64,7 @@ def build() -> FigureView:
     p_ladder.text(x="right", y="row", text="text", source=bars, x_offset=5, y_offset=7, text_font_size="11px",
                   text_color="#333")
     lim = p_ladder.scatter("x", "row", source=limits, marker="triangle", size=11, color=VERMILION)
-    p_ladder.add_layout(Legend(items=[LegendItem(label="MLPerf v5.0 interactive limit (P99, Llama 2 70B)",
-                                                 renderers=[lim])],
-                               location="top_right", label_text_font_size="10px", background_fill_alpha=0.7,
-                               padding=2, margin=4),
-                        "center")
+    inset_legend(p_ladder, [("MLPerf v5.0 interactive limit (P99, Llama 2 70B)", lim)])
     p_ladder.ygrid.grid_line_color = None
 
     p_share = plot("Attention's share of the prefill", "prompt length (tokens, log scale)", "share of TTFT (%)",
@@ -81,11 +77,7 @@ def build() -> FigureView:
     r_lim = p_itl.line("token", "limit_ms", source=levels, line_width=1, color=VERMILION)
     r_tpot = p_itl.line("token", "tpot_ms", source=levels, line_width=1, color=BLUE, line_dash="dashed")
     r_itl = p_itl.line("token", "itl_ms", source=itl, line_width=2, color=GREEN)
-    p_itl.add_layout(Legend(items=[LegendItem(label="ITL", renderers=[r_itl]),
-                                   LegendItem(label="TPOT (mean)", renderers=[r_tpot]),
-                                   LegendItem(label="MLPerf TPOT limit", renderers=[r_lim])],
-                            location="center_right", label_text_font_size="10px", background_fill_alpha=0.7,
-                            padding=2, margin=4, spacing=0), "center")
+    inset_legend(p_itl, [("ITL", r_itl), ("TPOT (mean)", r_tpot), ("MLPerf TPOT limit", r_lim)], "center_right")
 
     numbers, note = readout(), readout(width=860)
     syncing = [False]

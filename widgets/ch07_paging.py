@@ -23,8 +23,8 @@ import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, Legend, LegendItem, Range1d
 
 from sim.paging import PagingParams, WasteParams, compare_prefix_caching, reservation_waste
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, plot,
-                          provenance, readout, rows_table, stepper, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, legend_glyph,
+                          plot, provenance, readout, rows_table, stepper, watch)
 
 FIGURE_ID = "ch07-paging"
 TITLE = "A paged KV cache: block tables, shared prefix blocks, and the memory contiguous slabs waste"
@@ -53,12 +53,6 @@ def _colour(state: str, owners: str, requests: list[str]) -> str:
     return SHARED if len(names) > 1 else OWNER_COLOURS[requests.index(names[0]) % len(OWNER_COLOURS)]
 
 
-def _swatch(colour: str, label: str) -> str:
-    return (f'<span style="display:inline-block;margin:1px 8px 1px 0;white-space:nowrap">'
-            f'<span style="display:inline-block;width:11px;height:11px;background:{colour};'
-            f'border:1px solid #bbb;vertical-align:-1px;margin-right:4px"></span>{label}</span>')
-
-
 def build() -> FigureView:
     n_blocks = PARAMS.num_blocks
     state: dict = {"comparison": compare_prefix_caching(PARAMS)}
@@ -76,7 +70,7 @@ def build() -> FigureView:
     pool = ColumnDataSource(data={"x": [], "y": [], "tx": [], "ty": [], "ty2": [], "colour": [], "ink": [],
                                   "label": [], "detail": [], "state": [], "refs": [], "fill": []})
     rows = (n_blocks + COLUMNS - 1) // COLUMNS
-    p_pool = plot(f"Physical block pool ({PARAMS.block_size} tokens per block)", "", "", width=580, height=70 * rows + 40,
+    p_pool = plot(f"Physical block pool ({PARAMS.block_size} tokens per block)", "", "", width=580, height=70 * rows + 70,
                   x_range=Range1d(-1.45, COLUMNS - 0.5), y_range=Range1d(-0.5, rows - 0.5))
     p_pool.rect("x", "y", width=0.94, height=0.9, source=pool, fill_color="colour", line_color="#999999",
                 line_width=0.5)
@@ -86,6 +80,12 @@ def build() -> FigureView:
     row_labels = ColumnDataSource(data={"x": [-1.4] * rows, "y": [rows - 1 - r - 0.1 for r in range(rows)],
                                         "text": [f"P{r * COLUMNS}-{r * COLUMNS + COLUMNS - 1}" for r in range(rows)]})
     p_pool.text("x", "y", text="text", source=row_labels, text_color="#666666", text_font_size="11px")
+    # the legend (the pool's own rects take their colour from the data)
+    keys = [*((f"{chr(65 + i)} only", c) for i, c in enumerate(OWNER_COLOURS[:len(PARAMS.user_tokens)])),
+            ("shared", SHARED), ("cached, unused", CACHED), ("free", FREE)]
+    p_pool.add_layout(Legend(items=[LegendItem(label=label, renderers=[legend_glyph(
+        p_pool, "quad", fill_color=colour, line_color="#999999", line_width=0.5)]) for label, colour in keys], orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
+        spacing=6, glyph_width=14), "above")
 
     # -- block tables: one row per request, one cell per logical block
     tables = ColumnDataSource(data={"x": [], "y": [], "tx": [], "ty": [], "colour": [], "label": [], "request": [],
@@ -121,13 +121,10 @@ def build() -> FigureView:
                        "above")
 
     description = readout(width=570)
-    legend = readout()
     counts = readout()
     compare = readout()
     waste_numbers = readout()
     note = readout(width=860)
-    legend.object = "".join([*(_swatch(c, f"only {chr(65 + i)}") for i, c in enumerate(OWNER_COLOURS[:n_req])),
-                             _swatch(SHARED, "shared"), _swatch(CACHED, "cached, unused"), _swatch(FREE, "free")])
 
     def show() -> None:
         """Draw the chosen frame of the replay that is switched on (no sim call)."""
@@ -221,7 +218,7 @@ def build() -> FigureView:
         f"Waste panel: {WASTE.requests} requests, lengths lognormal with median {WASTE.median_tokens:.0f} tokens "
         f"(sigma {WASTE.sigma}), cut at the reservation. Memory counts only; no GPU timing is modelled.")
     layout = pn.Column(
-        pn.Row(pn.Column(step, caching, system, legend, counts, compare, width=CONTROL_WIDTH + 20),
+        pn.Row(pn.Column(step, caching, system, counts, compare, width=CONTROL_WIDTH + 20),
                pn.Column(description, pn.pane.Bokeh(p_pool), pn.pane.Bokeh(p_tab))),
         pn.Row(pn.Column(reserve, block, waste_numbers, width=CONTROL_WIDTH + 20), pn.pane.Bokeh(p_waste)),
         note)
@@ -230,5 +227,5 @@ def build() -> FigureView:
                                 "block": block},
                       sources={"pool": pool, "tables": tables, "names": names, "waste": waste},
                       readouts={"description": description, "counts": counts, "compare": compare,
-                                "waste": waste_numbers, "legend": legend, "note": note},
+                                "waste": waste_numbers, "note": note},
                       plots=[p_pool, p_tab, p_waste])

@@ -338,11 +338,34 @@ def glyph_values(r: GlyphRenderer, axis: str) -> list[np.ndarray]:
     return out
 
 
+def _legend_label(item) -> str:
+    return item.label.get("value") if isinstance(item.label, dict) else getattr(item.label, "value", item.label)
+
+
+def _legend_item_width(label: str) -> float:
+    return 30 + 6.2 * len(label)      # swatch, gap and 11px text
+
+
+def _legend_rows(legend, width: float) -> int:
+    """Rows a horizontal legend wraps into across `width` pixels (one for a vertical legend: it is not banded)."""
+    if legend.orientation != "horizontal":
+        return 1
+    rows, x = 1, 0.0
+    for item in legend.items:
+        w = _legend_item_width(_legend_label(item) or "")
+        if x and x + w > width:
+            rows, x = rows + 1, 0.0
+        x += w
+    return rows
+
+
 def plot_svg(p) -> str:
     """An SVG sketch of a Bokeh plot: frame, grid, ticks, labels, glyphs, spans, legend."""
     W, H = int(p.width or 600), int(p.height or 400)
     x0, x1 = PAD["left"], W - PAD["right"]
-    y0, y1 = H - PAD["bottom"], PAD["top"]
+    above = [a for a in p.above if isinstance(a, Legend)]       # drawn in a band between title and frame
+    rows = [_legend_rows(a, x1 - x0) for a in above]
+    y0, y1 = H - PAD["bottom"], PAD["top"] + 16 * sum(rows) + 2 * len(above)
     renderers = [r for r in p.renderers if isinstance(r, GlyphRenderer) and r.visible]
     xlog, ylog = isinstance(p.x_scale, LogScale), isinstance(p.y_scale, LogScale)
     X = Axis1D(p.x_range, xlog, [v for r in renderers for v in glyph_values(r, "x")], x0, x1)
@@ -394,18 +417,27 @@ def plot_svg(p) -> str:
         parts.append(f'<text transform="translate(14 {(y0+y1)/2:.0f}) rotate(-90)" font-size="12" fill="#444" '
                      f'text-anchor="middle">{e(yl)}</text>')
     for legend in [a for a in p.center + p.right + p.above + p.left + p.below if isinstance(a, Legend)]:
-        ly = y1 + 14
+        band = legend in above
+        i = above.index(legend) if band else 0
+        ly, lx = (PAD["top"] + 10 + 16 * sum(rows[:i]) + 2 * i, x0) if band else (y1 + 14, x0 + 10)
+        left = lx
+        horizontal = legend.orientation == "horizontal"
         for item in legend.items:
-            label = item.label.get("value") if isinstance(item.label, dict) else getattr(item.label, "value", item.label)
+            label = _legend_label(item)
             if not label or not item.renderers:
                 continue
             g = item.renderers[0].glyph
             color = getattr(g, "line_color", None) if isinstance(g, (Line, Step, MultiLine, Segment)) else \
                 getattr(g, "fill_color", None)
             color = color if isinstance(color, str) else "#666"
-            parts.append(f'<rect x="{x0 + 10}" y="{ly - 9}" width="12" height="10" fill="{e(color)}"/>')
-            parts.append(f'<text x="{x0 + 28}" y="{ly}" font-size="11" fill="#333">{e(label)}</text>')
-            ly += 16
+            if horizontal and lx > left and lx + _legend_item_width(label) > x1:
+                lx, ly = left, ly + 16
+            parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{e(color)}"/>')
+            parts.append(f'<text x="{lx + 18}" y="{ly}" font-size="11" fill="#333">{e(label)}</text>')
+            if horizontal:
+                lx += _legend_item_width(label)
+            else:
+                ly += 16
     parts.append("</svg>")
     return "".join(parts)
 

@@ -39,8 +39,8 @@ from gpu_traces.schema import TraceError, load_trace
 from sim import calibration as cal_mod
 from sim import hardware
 from sim.calibration import (CALIBRATION_DIR, CALIBRATION_FORMAT_VERSION, POINT_COLUMNS,
-                             calibration_from_section, catalogue_key_for_device, device_slug,
-                             predict_rows, relative_errors, spec_sheet)
+                             calibration_from_section, predict_rows, relative_errors,
+                             spec_sheet)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -254,6 +254,14 @@ def _point_rows(trace: Mapping) -> list[dict]:
     return rows
 
 
+def device_identity(dev: Mapping) -> tuple[str | None, str]:
+    """(catalogue key or None, slug) of a trace's device: one identity for every tool."""
+    if dev["type"] != "cuda":
+        return None, dev["slug"]
+    ident = hardware.identify_device(dev["name"])
+    return ident.key, ident.slug
+
+
 def fit_trace(trace: Mapping, trace_file: str) -> dict:
     """The calibration file's contents for one validated trace."""
     dev = trace["device"]
@@ -305,9 +313,8 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
                 continue            # no growth with size: left to the plain roofline
             elementwise[op] = {"fixed_s": sig(fixed), "bandwidth_efficiency": sig(rate / bw)}
 
-    key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
+    key, slug = device_identity(dev)
     gpu = hardware.get(key) if key else None
-    slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
     name = (dev["name"] if dev["type"] == "cuda"
             else f"{dev['name']} (CPU, {units} thread{'s' * (units > 1)})")
     section = {
@@ -401,8 +408,7 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
             raise CalibrationError(f"{path}: a synthetic trace (made up by the model for tests) "
                                    f"does not belong among the recorded traces")
         dev = trace["device"]
-        key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
-        slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
+        key, slug = device_identity(dev)
         by_slug.setdefault(slug, []).append((path, trace))
     out = {}
     for slug in sorted(by_slug):

@@ -170,12 +170,13 @@ class CudaTimer:
             for attempt in range(self.max_attempts):
                 spin_s = n * self._enqueue_s * self.spin_margin + self.spin_extra_s
                 times, covered, per_repeat = self._batch(fn, n, spin_s)
-                self._enqueue_s = max(per_repeat, 1e-6)
                 if covered:
+                    self._enqueue_s = max(per_repeat, 1e-6)
                     break
+                # the spin was short: twice the longer of the estimate and what queueing took
+                self._enqueue_s = 2 * max(per_repeat, self._enqueue_s)
                 if attempt + 1 < self.max_attempts:
                     self.requeued_batches += 1
-                    self._enqueue_s *= 2          # the estimate was short: a longer spin
             else:
                 self.uncovered_repeats += n
             out.extend(times)
@@ -315,8 +316,8 @@ def pin_numerics(device_type: str) -> dict:
     return out
 
 
-def dispatched(fn, device_type: str, limit: int = 16) -> dict:
-    """The aten ops (and on a GPU the kernels) one call of `fn` runs, from torch.profiler.
+def dispatched(fn, device_type: str, limit: int = 24) -> dict:
+    """The aten ops (three levels deep; on a GPU also the kernels) one call of `fn` runs.
 
     Says which SDPA backend or flash implementation ran, whether K/V were expanded or cast,
     and whether an RMSNorm was one fused kernel.
@@ -339,7 +340,7 @@ def dispatched(fn, device_type: str, limit: int = 16) -> dict:
         depth, p = 0, e.cpu_parent
         while p is not None:
             depth, p = depth + 1, p.cpu_parent
-        if depth <= 1 and e.name.startswith("aten::") and e.name not in ops:
+        if depth <= 2 and e.name.startswith("aten::") and e.name not in ops:
             ops.append(e.name)
     out = {"ops": ops[:limit]}
     if device_type == "cuda":

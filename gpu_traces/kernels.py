@@ -114,9 +114,13 @@ def sdpa_backend_name(value) -> str | None:
 
 
 def default_sdpa_backend(q, k, v, causal: bool, gqa: bool) -> str | None:
-    """The SDPA backend torch itself picks for these tensors with its default settings."""
+    """The SDPA backend torch itself picks for these tensors with its default settings
+    (every backend enabled, torch's own priority), whatever backend is chosen around it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    every = [v for name, v in SDPBackend.__members__.items() if name != "ERROR"]
     try:
-        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, enable_gqa=gqa)
+        with sdpa_kernel(every):
+            choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, enable_gqa=gqa)
     except (AttributeError, RuntimeError, TypeError):
         return None
     return sdpa_backend_name(choice)

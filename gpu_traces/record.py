@@ -351,7 +351,10 @@ def write_trace(trace: dict, path: Path) -> Path:
         tmp.write_text(text)
         os.replace(tmp, path)             # never leave a half-written trace behind
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         safe = fallback_path(path)
         safe.write_text(text)
         raise SystemExit(f"error: cannot write {path} ({e.strerror or e}); the trace was saved "

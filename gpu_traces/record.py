@@ -32,6 +32,7 @@ from sim.calibration import KINDS
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 ORDER = ("copy", "big-gemm", "gemm", "attention-decode", "attention-prefill", "elementwise")
 PEAK_KINDS = ("copy", "big-gemm")     # measured first; the budget is planned from them
+PROFILED_KINDS = ("attention-decode", "attention-prefill", "elementwise")  # dispatch recorded
 
 
 def _log(msg: str) -> None:
@@ -159,7 +160,8 @@ class Recorder:
         with kernels.context(case):
             fn, shape = kernels.prepare(case, self.device, self.cache, self.max_m)
             key = self._dispatch_key(case)
-            if key not in self.dispatch:
+            if key not in self.dispatch and (case.kind in PROFILED_KINDS or case.dtype == "fp8"
+                                             or self.device.type == "cuda"):
                 fn()
                 self.timer.sync()
                 self.dispatch[key] = {"kind": case.kind, "label": case.label,
@@ -405,19 +407,19 @@ def record(device_type: str, quick: bool, out: str | None = None,
     rec = Recorder(suite, timer, limit, device, start=start)
     for s in known_skips:
         rec.skip(*s)
+    comparison = None                 # the CPU keeps the writing flush of its shipped trace
     with torch.inference_mode():
         if device_type == "cuda":
             env["gpu_warmup"] = harness.warm_gpu(device)
             _log(f"warmed up: {env['gpu_warmup']['gemms']} GEMMs in "
                  f"{env['gpu_warmup']['seconds']:.1f} s")
-        probe = _flush_probe(dev["cache_bytes"])
-        fn, _ = kernels.prepare(probe, device, rec.cache, rec.max_m)
-        comparison = harness.compare_flushes(fn, timer, probe.label, suite.min_repeats)
-        del fn
-        rec.cache.clear()
-        _log(f"cache flush: {comparison['chosen']} (median after a writing flush "
-             f"{_fmt_s(comparison['write_median_s'])}, after a read-only one "
-             f"{_fmt_s(comparison['read_median_s'])})")
+            probe = _flush_probe(dev["cache_bytes"])
+            fn, _ = kernels.prepare(probe, device, rec.cache, rec.max_m)
+            comparison = harness.compare_flushes(fn, timer, probe.label, suite.min_repeats)
+            del fn
+            _log(f"cache flush: {comparison['chosen']} (median after a writing flush "
+                 f"{_fmt_s(comparison['write_median_s'])}, after a read-only one "
+                 f"{_fmt_s(comparison['read_median_s'])})")
         rec.run(cases)
     dev["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if device_type == "cuda":
@@ -443,7 +445,8 @@ def record(device_type: str, quick: bool, out: str | None = None,
         "timing": {"method": timer.method, "warmup": suite.warmup, "rounds": suite.rounds,
                    "min_repeats": suite.min_repeats, "max_repeats": suite.max_repeats,
                    "target_s": suite.target_s, "cache_flush_bytes": flush_bytes,
-                   "cache_flush_mode": timer.flush_mode, "cache_flush_comparison": comparison,
+                   "cache_flush_mode": timer.flush_mode,
+                   **({"cache_flush_comparison": comparison} if comparison else {}),
                    **timer.record(),
                    "statistic": "median of the timed repeats; spread as quartiles, min and max"},
         "environment": env,

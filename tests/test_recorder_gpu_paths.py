@@ -234,3 +234,46 @@ except SystemExit as e:
     lines = out.strip().splitlines()
     assert lines[0] == "True"
     assert lines[1] == "invalid kept True True"
+
+
+def test_the_faster_flush_is_kept():
+    out = run_in_trace_env('''
+from gpu_traces import harness
+class T:
+    flush_mode = "write"
+    def sync(self): pass
+    def time_repeats(self, fn, n):           # dirty lines make the kernel after a write slower
+        return [3e-5 if self.flush_mode == "write" else 2e-5] * n
+t = T()
+c = harness.compare_flushes(lambda: None, t, "probe", 5)
+print(t.flush_mode, c["chosen"], c["write_median_s"], c["read_median_s"])
+''')
+    assert out.strip() == "read read 3e-05 2e-05"
+
+
+def test_the_full_gpu_suite_is_budgeted_to_its_limit():
+    # Peaks of an H100-class GPU as the recorder would learn them from its copy sweep and
+    # square GEMMs (assumed rates, not measurements): the plan must fit in 92% of the limit.
+    out = run_in_trace_env('''
+import torch
+from gpu_traces import record, suites
+suite = suites.get("cuda", False)
+cases, _ = suites.plan(suite)
+class T:
+    flush_bytes = 100 * 2 ** 20
+rec = record.Recorder(suite, T(), suite.max_seconds, torch.device("cuda"))
+rec._bw, rec._flops = 3.0e12, {"bf16": 7e14, "fp8": 1.3e15}
+rec._flush_s = T.flush_bytes / rec._bw
+rec.plan_budget(cases, set())
+print(suite.max_seconds, len(cases), round(rec.estimated_s), round(rec.scale, 3))
+rec._bw, rec._flops = 3.0e11, {"bf16": 7e13, "fp8": 1.3e14}   # a GPU ten times slower
+rec._flush_s = T.flush_bytes / rec._bw
+rec.plan_budget(cases, set())
+print(round(rec.estimated_s), round(rec.scale, 3))
+''')
+    first, second = out.strip().splitlines()
+    limit, n, est, scale = first.split()
+    assert float(limit) == 360.0 and int(n) > 900
+    assert float(est) <= 0.92 * 360 and 0 < float(scale) <= 1
+    est2, scale2 = map(float, second.split())
+    assert est2 <= 0.92 * 360 + 1 and scale2 < 1

@@ -129,8 +129,14 @@ class Recorder:
             scale = max(lo, 1e-3)
         self.scale = scale
         self.estimated_s = self.elapsed() + total(scale)
-        _log(f"estimated total {self.estimated_s:.0f} s of the {self.max_seconds:.0f} s budget"
-             + (f" (repeats scaled to {scale:.0%} to fit)" if scale < 1 else ""))
+        note = ""
+        if self.estimated_s > 0.92 * self.max_seconds:
+            note = (" even at the suite's minimum repeats: the limit will stop the run, and "
+                    "points not reached are listed as skipped")
+        elif scale < 1:
+            note = f" (repeats scaled to {scale:.1%} to fit)"
+        _log(f"estimated total {self.estimated_s:.0f} s of the {self.max_seconds:.0f} s "
+             f"budget{note}")
 
     def _seconds_left(self, cases, done_rounds: int) -> list[float] | None:
         """Estimated seconds still to go after each point of the current round."""

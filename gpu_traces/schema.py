@@ -26,7 +26,7 @@ REL_TOL = 1e-9   # recomputed FLOPs/bytes and order statistics must match this c
 MIN_SAMPLE_S = 1e-7          # 100 ns: no timer here resolves a kernel shorter (CUDA events' floor)
 MAX_SAMPLE_S = 60.0          # no single kernel of these suites runs for a minute
 FLOPS_MARGIN = 1.25          # achieved FLOP/s <= 1.25 x the datasheet's dense FLOP/s of the dtype
-BANDWIDTH_MARGIN_FLUSHED = 2.5   # achieved B/s <= 2.5 x datasheet DRAM B/s when the cache was flushed
+BANDWIDTH_MARGIN_FLUSHED = 2.5   # achieved B/s <= 2.5 x datasheet DRAM B/s, cache flushed
 BANDWIDTH_MARGIN_UNFLUSHED = 10.0  # ... and 10 x when it was not (inputs may sit in L2)
 SLOWEST_SHARE = 1e-3         # a point may not be slower than 1 ms + its roofline time / 1e-3
 SLOW_ALLOWANCE_S = 1e-3
@@ -155,7 +155,8 @@ def physical_errors(trace: Mapping) -> list[str]:
         if bw > bw_margin * peak_bw:
             errors.append(f"{here}.time.median_s: {med:.3g} s means {bw / 1e12:.3g} TB/s, more "
                           f"than {bw_margin:g} x the DRAM bandwidth of {who} "
-                          f"({peak_bw / 1e12:.3g} TB/s; cache {'flushed' * flushed or 'not flushed'})")
+                          f"({peak_bw / 1e12:.3g} TB/s; cache "
+                          f"{'flushed' if flushed else 'not flushed'})")
         if flops_rate > FLOPS_MARGIN * f_peak:
             errors.append(f"{here}.time.median_s: {med:.3g} s means {flops_rate / 1e12:.3g} "
                           f"TFLOP/s, more than {FLOPS_MARGIN:g} x the dense {m['dtype']} peak of "

@@ -17,7 +17,7 @@ LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTENTION_MODEL = "llama-3.1-8b"      # heads, KV heads and head dim of the attention kernels
 ELEMENTWISE_MODEL = "llama-3.1-8b"    # hidden size (norms, residual) and FFN width (SiLU x mul)
 SDPA_BACKENDS = ("flash", "efficient", "math")
-CUDA_SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")   # cuDNN attention: torch's pick on Hopper
+CUDA_SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")   # cuDNN: preferred on Hopper
 FP8_USE_FAST_ACCUM = False      # torch._scaled_mm's default (exact fp32 accumulation), pinned
 FP8_SLOW_M = 16                 # fp8 GEMMs with m <= 16 take cuBLASLt's slow small-m path, which
                                 # serving engines avoid by padding to 17 rows

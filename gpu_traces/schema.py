@@ -107,9 +107,9 @@ def _semantic_errors(trace: Mapping) -> list[str]:
         errors.append("device.catalogue_key: a CPU trace cannot stand for a catalogue GPU")
     if dev["type"] == "cuda":
         ident = hardware.identify_device(dev["name"])
-        if dev["catalogue_key"] != ident.key:
+        if dev.get("catalogue_key") != ident.key:
             why = f"it is {ident.key}" if ident.key else ident.reason
-            errors.append(f"device.catalogue_key: {dev['catalogue_key']!r} does not match the "
+            errors.append(f"device.catalogue_key: {dev.get('catalogue_key')!r} does not match the "
                           f"device name {dev['name']!r} ({why})")
     return errors + physical_errors(trace)
 
@@ -130,7 +130,8 @@ def physical_errors(trace: Mapping) -> list[str]:
     BEST_RATE_SHARE of the datasheet at least (a CPU's numbers under a GPU's name fail here).
     """
     gpu = _gpu_of(trace)
-    flushed = trace["timing"]["cache_flush_bytes"] >= trace["device"]["cache_bytes"] > 0
+    flushed = (trace["timing"].get("cache_flush_bytes", 0)
+               >= trace["device"].get("cache_bytes", 0) > 0)
     bw_margin = BANDWIDTH_MARGIN_FLUSHED if flushed else BANDWIDTH_MARGIN_UNFLUSHED
     if gpu is not None:
         peak_bw, peak_flops, who = gpu.hbm_bandwidth_bytes_per_s, gpu.dense_flops, gpu.name

@@ -249,13 +249,17 @@ class Recorder:
 
     def _collect(self, cases, samples, shapes, failed) -> None:
         """Measurements of every point with samples; the rest listed as skipped, with why."""
-        fused = {}
+        fused, expanded = {}, set()
         for key, ran in self.dispatch.items():
             if key[0] == "elementwise" and key[3] == "rms_norm":
                 fused[key] = harness.rms_norm_is_fused(ran)
+            if key[0].startswith("attention") and "aten::repeat_interleave" in ran.get("ops", ()):
+                expanded.add(key)           # the backend repeated K/V to every query head
         for i, case in enumerate(cases):
             if i in samples:
                 shape = dict(shapes[i])
+                if self._dispatch_key(case) in expanded:
+                    shape["kv_heads_read"] = shape["heads"]
                 f = fused.get(self._dispatch_key(case))
                 if f is not None:
                     shape["impl"] = (f"{shape['impl']}: one fused op (aten::_fused_rms_norm)" if f

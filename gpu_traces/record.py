@@ -160,7 +160,7 @@ class Recorder:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _measure_once(self, i, case, rnd, samples, shapes, per_round) -> None:
+    def _measure_once(self, i, case, samples, shapes, per_round) -> None:
         """One pass over one point: prepare, warm up, size (first pass), time its share."""
         t0 = time.monotonic()
         with kernels.context(case):
@@ -217,7 +217,7 @@ class Recorder:
                         budgeted = True
                     reason = None
                     try:
-                        self._measure_once(i, case, rnd, samples, shapes, per_round)
+                        self._measure_once(i, case, samples, shapes, per_round)
                     except torch.OutOfMemoryError as e:
                         reason = f"out of memory: {_first_line(e)}"
                     except (kernels.Unsupported, RuntimeError) as e:

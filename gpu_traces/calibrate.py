@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -39,8 +40,8 @@ from gpu_traces.schema import TraceError, load_trace
 from sim import calibration as cal_mod
 from sim import hardware
 from sim.calibration import (CALIBRATION_DIR, CALIBRATION_FORMAT_VERSION, POINT_COLUMNS,
-                             calibration_from_section, catalogue_key_for_device, device_slug,
-                             predict_rows, relative_errors, spec_sheet)
+                             calibration_from_section, predict_rows, relative_errors,
+                             spec_sheet)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -254,6 +255,14 @@ def _point_rows(trace: Mapping) -> list[dict]:
     return rows
 
 
+def device_identity(dev: Mapping) -> tuple[str | None, str]:
+    """(catalogue key or None, slug) of a trace's device: one identity for every tool."""
+    if dev["type"] != "cuda":
+        return None, dev["slug"]
+    ident = hardware.identify_device(dev["name"])
+    return ident.key, ident.slug
+
+
 def fit_trace(trace: Mapping, trace_file: str) -> dict:
     """The calibration file's contents for one validated trace."""
     dev = trace["device"]
@@ -305,9 +314,8 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
                 continue            # no growth with size: left to the plain roofline
             elementwise[op] = {"fixed_s": sig(fixed), "bandwidth_efficiency": sig(rate / bw)}
 
-    key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
+    key, slug = device_identity(dev)
     gpu = hardware.get(key) if key else None
-    slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
     name = (dev["name"] if dev["type"] == "cuda"
             else f"{dev['name']} (CPU, {units} thread{'s' * (units > 1)})")
     section = {
@@ -401,8 +409,12 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
             raise CalibrationError(f"{path}: a synthetic trace (made up by the model for tests) "
                                    f"does not belong among the recorded traces")
         dev = trace["device"]
-        key = catalogue_key_for_device(dev["name"]) if dev["type"] == "cuda" else None
-        slug = device_slug(key or dev["name"]) if dev["type"] == "cuda" else dev["slug"]
+        key, slug = device_identity(dev)
+        if dev["type"] == "cuda" and key is None:
+            log(f"warning: {path}: {hardware.identify_device(dev['name']).reason}. Its "
+                f"calibration (sim/calibrations/{slug}.json) is listed among the recorded "
+                f"devices, but no catalogue GPU takes its numbers from it; if it is a catalogue "
+                f"part, add its device name to that GPU in sim/hardware.py")
         by_slug.setdefault(slug, []).append((path, trace))
     out = {}
     for slug in sorted(by_slug):
@@ -424,21 +436,53 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
     return out
 
 
+def _atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename, so a
+    full disk or a crash leaves the old file (or none), never a truncated one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _is_generated(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("generated_by") == GENERATOR
+
+
+def stray_files(out_dir: Path, files: Mapping[str, str]) -> list[str]:
+    """Files in `out_dir` that no trace produces and that this tool did not write."""
+    return sorted(q.name for q in Path(out_dir).glob("*.json")
+                  if q.name not in files and not _is_generated(q))
+
+
+def _stray_message(out_dir: Path, stray: Sequence[str]) -> str:
+    return (f"{', '.join(stray)} in {out_dir} {'was' if len(stray) == 1 else 'were'} not written "
+            f"by `{GENERATOR}` (no \"generated_by\": \"{GENERATOR}\") and no trace produces "
+            f"{'it' if len(stray) == 1 else 'them'}: every calibration must come from a recorded "
+            f"trace. Delete {'it' if len(stray) == 1 else 'them'}, or record a trace of that device "
+            f"(gpu_traces/README.md); running `{GENERATOR}` does not remove files it did not write")
+
+
 def write_calibrations(files: Mapping[str, str], out_dir: Path = CALIBRATION_DIR) -> None:
-    """Write the files and remove generated ones that no trace produces any more."""
+    """Write the files (atomically) and remove generated ones that no trace produces any more."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in sorted(out_dir.glob("*.json")):
-        if old.name not in files:
-            try:
-                generated = json.loads(old.read_text()).get("generated_by") == GENERATOR
-            except (json.JSONDecodeError, AttributeError):
-                generated = False
-            if generated:
-                old.unlink()
+        if old.name not in files and _is_generated(old):
+            old.unlink()
     for name, text in files.items():
         p = out_dir / name
         if not p.exists() or p.read_text() != text:
-            p.write_text(text)
+            _atomic_write(p, text)
 
 
 def main(argv=None) -> int:
@@ -454,15 +498,25 @@ def main(argv=None) -> int:
     except (TraceError, CalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    stray = stray_files(args.out, files)
     if args.check:
         stale = [n for n, text in files.items()
                  if not (args.out / n).exists() or (args.out / n).read_text() != text]
-        extra = [q.name for q in args.out.glob("*.json") if q.name not in files]
-        if stale or extra:
-            print(f"out of date: {', '.join(stale + extra)}; run `{GENERATOR}`", file=sys.stderr)
-            return 1
-        return 0
-    write_calibrations(files, args.out)
+        gone = [q.name for q in args.out.glob("*.json")
+                if q.name not in files and q.name not in stray]
+        if stale or gone:
+            print(f"out of date: {', '.join(stale + gone)}; run `{GENERATOR}`", file=sys.stderr)
+        if stray:
+            print(f"error: {_stray_message(args.out, stray)}", file=sys.stderr)
+        return 1 if stale or gone or stray else 0
+    try:
+        write_calibrations(files, args.out)
+    except OSError as e:
+        print(f"error: cannot write {args.out}: {e}; the files there are unchanged",
+              file=sys.stderr)
+        return 2
+    if stray:
+        print(f"warning: {_stray_message(args.out, stray)}", file=sys.stderr)
     if not files:
         print(f"no traces under {args.traces}", file=sys.stderr)
     return 0

@@ -12,9 +12,11 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from gpu_traces.suites import Point
+from gpu_traces.suites import FP8_USE_FAST_ACCUM, Point
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SDPA_NAMES = {"FLASH_ATTENTION": "flash", "EFFICIENT_ATTENTION": "efficient", "MATH": "math",
+              "CUDNN_ATTENTION": "cudnn", "OVERRIDEABLE": "overrideable"}
 
 
 class Unsupported(Exception):
@@ -27,6 +29,9 @@ class TensorCache:
     def __init__(self):
         self._key = None
         self._value = None
+
+    def clear(self) -> None:
+        self._key, self._value = None, None
 
     def get(self, key, factory):
         if key != self._key:
@@ -83,7 +88,8 @@ def _gemm(point: Point, device, cache: TensorCache, max_m: int):
     if dtype == "fp8":
         w_t, one = t["w"].t(), t["scale"]          # column-major (k x n), as _scaled_mm needs
         return lambda: torch._scaled_mm(x, w_t, scale_a=one, scale_b=one,
-                                        out_dtype=torch.bfloat16)
+                                        out_dtype=torch.bfloat16,
+                                        use_fast_accum=FP8_USE_FAST_ACCUM)
     w_t, out = t["w"].t(), t["out"][:s["m"]]
     return lambda: torch.mm(x, w_t, out=out)
 
@@ -97,34 +103,76 @@ def sdpa_context(backend: str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel([{"flash": SDPBackend.FLASH_ATTENTION,
                          "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                         "cudnn": SDPBackend.CUDNN_ATTENTION,
                          "math": SDPBackend.MATH}[backend]])
 
 
+def sdpa_backend_name(value) -> str | None:
+    """The trace's name of an SDPBackend (or its int), e.g. 'cudnn'; None for ERROR."""
+    from torch.nn.attention import SDPBackend
+    return SDPA_NAMES.get(SDPBackend(int(value)).name)
+
+
+def default_sdpa_backend(q, k, v, causal: bool, gqa: bool) -> str | None:
+    """The SDPA backend torch itself picks for these tensors with its default settings
+    (every backend enabled, torch's own priority), whatever backend is chosen around it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    every = [v for name, v in SDPBackend.__members__.items() if name != "ERROR"]
+    try:
+        with sdpa_kernel(every):
+            choice = torch._fused_sdp_choice(q, k, v, None, 0.0, causal, enable_gqa=gqa)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return sdpa_backend_name(choice)
+
+
+def _first_line(e: BaseException, n: int = 160) -> str:
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:n]}"
+
+
 def _attention(point: Point, device):
+    """SDPA on one backend; the shape record says what that backend really does.
+
+    Out of memory is raised as it is (never retried with the larger expanded K/V). The math
+    backend expands grouped K/V to every query head itself and, for bf16/fp16 inputs,
+    computes in fp32 unless torch allows reduced-precision reductions in math SDPA: the
+    record says so (`kv_heads_read`, `compute_dtype`).
+    """
     s, dtype, backend = point.shape, point.dtype, point.backend
     h, kvh, d, causal = s["heads"], s["kv_heads"], s["head_dim"], s["causal"]
     q = _randn((s["batch"], h, s["q_len"], d), dtype, device)
     k = _randn((s["batch"], kvh, s["kv_len"], d), dtype, device)
     v = _randn((s["batch"], kvh, s["kv_len"], d), dtype, device)
+    shape = {**s, "default_backend": default_sdpa_backend(q, k, v, causal, kvh != h)}
+    if backend == "math":
+        low = dtype in ("bf16", "fp16")
+        upcast = low and not torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        shape["compute_dtype"] = "fp32" if upcast else dtype
     try:                            # grouped-query attention straight from the KV heads
         with sdpa_context(backend):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        # the math backend repeats K/V to every query head inside the call
+        read = h if backend == "math" else kvh
         return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                        enable_gqa=True),
-                {**s, "kv_heads_read": kvh})
+                {**shape, "kv_heads_read": read})
+    except torch.OutOfMemoryError:
+        raise
     except (RuntimeError, TypeError) as e:       # TypeError: a torch without enable_gqa
-        native_error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        native_error = _first_line(e)
     # the backend cannot read grouped KV heads: give it K/V expanded to every query head
     k = k.repeat_interleave(h // kvh, dim=1)
     v = v.repeat_interleave(h // kvh, dim=1)
     try:
         with sdpa_context(backend):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    except torch.OutOfMemoryError:
+        raise
     except RuntimeError as e:
         raise Unsupported(f"SDPA backend {backend!r} cannot run this here (grouped KV: "
-                          f"{native_error}; expanded KV: {str(e).splitlines()[0][:160]})") from None
+                          f"{native_error}; expanded KV: {_first_line(e)})") from None
     return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-            {**s, "kv_heads_read": h})
+            {**shape, "kv_heads_read": h})
 
 
 # ------------------------------------------------------------------------------------

@@ -15,10 +15,24 @@ from typing import Mapping
 import jsonschema
 
 from gpu_traces import shapes
+from sim import hardware
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent / "trace.schema.json"
 REL_TOL = 1e-9   # recomputed FLOPs/bytes and order statistics must match this closely
+
+# Physical bounds on every timed point (README, "What a trace must satisfy"). Rates are
+# the point's minimal work (its `flops` and `bytes`) over its median time.
+MIN_SAMPLE_S = 1e-7          # 100 ns: no timer here resolves a kernel shorter (CUDA events' floor)
+MAX_SAMPLE_S = 60.0          # no single kernel of these suites runs for a minute
+FLOPS_MARGIN = 1.25          # achieved FLOP/s <= 1.25 x the datasheet's dense FLOP/s of the dtype
+BANDWIDTH_MARGIN_FLUSHED = 2.5   # achieved B/s <= 2.5 x datasheet DRAM B/s, cache flushed
+BANDWIDTH_MARGIN_UNFLUSHED = 10.0  # ... and 10 x when it was not (inputs may sit in L2)
+SLOWEST_SHARE = 1e-3         # a point may not be slower than 1 ms + its roofline time / 1e-3
+SLOW_ALLOWANCE_S = 1e-3
+BEST_RATE_SHARE = 0.2        # the best large point must reach 20% of the datasheet peak
+LARGE_BYTES = 64 * 2 ** 20   # "large": at least 64 MiB of minimal traffic ...
+LARGE_FLOPS = 1e11           # ... or 100 GFLOP of work
 
 
 class TraceError(ValueError):
@@ -88,8 +102,82 @@ def _semantic_errors(trace: Mapping) -> list[str]:
             errors.append(f"measurements[{i}] ({m['label']}): duplicate of "
                           f"measurements[{seen[key]}]")
         seen[key] = i
-    if trace["device"]["type"] == "cpu" and trace["device"]["catalogue_key"] is not None:
+    dev = trace["device"]
+    if dev["type"] == "cpu" and dev["catalogue_key"] is not None:
         errors.append("device.catalogue_key: a CPU trace cannot stand for a catalogue GPU")
+    if dev["type"] == "cuda":
+        ident = hardware.identify_device(dev["name"])
+        if dev.get("catalogue_key") != ident.key:
+            why = f"it is {ident.key}" if ident.key else ident.reason
+            errors.append(f"device.catalogue_key: {dev.get('catalogue_key')!r} does not match the "
+                          f"device name {dev['name']!r} ({why})")
+    return errors + physical_errors(trace)
+
+
+def _gpu_of(trace: Mapping):
+    key = trace["device"].get("catalogue_key")
+    return hardware.get(key) if trace["device"]["type"] == "cuda" and key in hardware.CATALOGUE \
+        else None
+
+
+def physical_errors(trace: Mapping) -> list[str]:
+    """Points no device could have produced, and GPU traces far slower than their GPU.
+
+    Every trace: samples between MIN_SAMPLE_S and MAX_SAMPLE_S; achieved FLOP/s and bytes/s
+    within the margins of the fastest catalogue GPU. A trace of a catalogue GPU: within the
+    margins of that GPU's datasheet, no point slower than SLOW_ALLOWANCE_S plus its datasheet
+    roofline time over SLOWEST_SHARE, and its best large point (copy, GEMM, attention) at
+    BEST_RATE_SHARE of the datasheet at least (a CPU's numbers under a GPU's name fail here).
+    """
+    gpu = _gpu_of(trace)
+    flushed = (trace["timing"].get("cache_flush_bytes", 0)
+               >= trace["device"].get("cache_bytes", 0) > 0)
+    bw_margin = BANDWIDTH_MARGIN_FLUSHED if flushed else BANDWIDTH_MARGIN_UNFLUSHED
+    if gpu is not None:
+        peak_bw, peak_flops, who = gpu.hbm_bandwidth_bytes_per_s, gpu.dense_flops, gpu.name
+    else:
+        peak_bw = max(g.hbm_bandwidth_bytes_per_s for g in hardware.CATALOGUE.values())
+        peak_flops = {}
+        who = "the fastest catalogue GPU"
+    top_flops = max(f for g in (hardware.CATALOGUE.values() if gpu is None else [gpu])
+                    for f in g.dense_flops.values())
+    errors, best_bw, best_flops = [], [], []
+    for i, m in enumerate(trace["measurements"]):
+        here = f"measurements[{i}] ({m['label']})"
+        t = m["time"]
+        if t["min_s"] < MIN_SAMPLE_S or t["max_s"] > MAX_SAMPLE_S:
+            errors.append(f"{here}.time: samples from {t['min_s']:.3g} s to {t['max_s']:.3g} s; "
+                          f"a kernel time must lie between {MIN_SAMPLE_S:g} s and "
+                          f"{MAX_SAMPLE_S:g} s")
+            continue
+        med = t["median_s"]
+        bw, flops_rate = m["bytes"] / med, m["flops"] / med
+        f_peak = peak_flops.get(m["dtype"], top_flops)
+        if bw > bw_margin * peak_bw:
+            errors.append(f"{here}.time.median_s: {med:.3g} s means {bw / 1e12:.3g} TB/s, more "
+                          f"than {bw_margin:g} x the DRAM bandwidth of {who} "
+                          f"({peak_bw / 1e12:.3g} TB/s; cache "
+                          f"{'flushed' if flushed else 'not flushed'})")
+        if flops_rate > FLOPS_MARGIN * f_peak:
+            errors.append(f"{here}.time.median_s: {med:.3g} s means {flops_rate / 1e12:.3g} "
+                          f"TFLOP/s, more than {FLOPS_MARGIN:g} x the dense {m['dtype']} peak of "
+                          f"{who} ({f_peak / 1e12:.3g} TFLOP/s)")
+        if gpu is None:
+            continue
+        roof = max(m["bytes"] / peak_bw, m["flops"] / f_peak)
+        if med > SLOW_ALLOWANCE_S + roof / SLOWEST_SHARE:
+            errors.append(f"{here}.time.median_s: {med:.3g} s is over {1 / SLOWEST_SHARE:g} x "
+                          f"the datasheet time of {gpu.name} ({roof:.3g} s) plus "
+                          f"{SLOW_ALLOWANCE_S:g} s: not a time of this GPU")
+        if m["bytes"] >= LARGE_BYTES:
+            best_bw.append(bw / peak_bw)
+        if m["flops"] >= LARGE_FLOPS and m["dtype"] in peak_flops:
+            best_flops.append(flops_rate / peak_flops[m["dtype"]])
+    for what, shares in (("bandwidth", best_bw), ("FLOP/s", best_flops)):
+        if shares and max(shares) < BEST_RATE_SHARE:
+            errors.append(f"measurements: the best {what} of any large point is {max(shares):.2%} "
+                          f"of the {gpu.name} datasheet (need {BEST_RATE_SHARE:.0%}): these are "
+                          f"not this GPU's times (a CPU's, or a unit error?)")
     return errors
 
 

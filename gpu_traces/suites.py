@@ -1,6 +1,6 @@
 """What each recorder suite measures: shapes and sizes only (pure Python, no torch).
 
-Four suites: "cuda" (the full GPU suite, under 5 minutes on one H100/H200), "cuda-quick",
+Four suites: "cuda" (the full GPU suite, budgeted to 6 minutes on one H100/H200), "cuda-quick",
 "cpu" (sized for a small CPU: about 10 minutes on 2 cores) and "cpu-quick" (under a
 minute, run by the tests). GEMM shapes are the linear layers of the catalogue models,
 exactly as `sim.models.ModelConfig.linear_shapes()` gives them.
@@ -17,6 +17,10 @@ LAYERS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTENTION_MODEL = "llama-3.1-8b"      # heads, KV heads and head dim of the attention kernels
 ELEMENTWISE_MODEL = "llama-3.1-8b"    # hidden size (norms, residual) and FFN width (SiLU x mul)
 SDPA_BACKENDS = ("flash", "efficient", "math")
+CUDA_SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")   # cuDNN: preferred on Hopper
+FP8_USE_FAST_ACCUM = False      # torch._scaled_mm's default (exact fp32 accumulation), pinned
+FP8_SLOW_M = 16                 # fp8 GEMMs with m <= 16 take cuBLASLt's slow small-m path, which
+                                # serving engines avoid by padding to 17 rows
 
 # token counts for the GPU: powers of two at the small end, steps of 16-64 through the
 # knee (bf16 ridge of an H100 is near 300 FLOP/byte, i.e. ~300 tokens), then sparser
@@ -60,6 +64,7 @@ class Suite:
     max_repeats: int
     max_seconds: float               # default wall-clock guard for the whole run
     rounds: int = 1                  # passes over the suite, each taking a share of the repeats
+    sdpa_backends: tuple[str, ...] = SDPA_BACKENDS
 
     def gemm_cases(self) -> list[tuple[str, str, str, int, int, int]]:
         """(dtype, model, layer, m, n, k) of every GEMM, in recording order."""
@@ -104,11 +109,15 @@ class Skip:
 def gemm_shape(m: int, n: int, k: int, dtype: str, **extra) -> dict:
     """Shape record of out(m x n) = x(m x k) @ W(n x k)^T; an fp8 GEMM writes a bf16 output."""
     e = DTYPE_BYTES[dtype]
-    return {"m": m, "n": n, "k": k, "weight_bytes_per_elem": e, "act_bytes_per_elem": e,
-            "out_bytes_per_elem": 2 if dtype == "fp8" else e,
-            "impl": ("torch._scaled_mm (e4m3, per-tensor scales)" if dtype == "fp8"
-                     else "torch.mm(x, W.t(), out=...) as in nn.Linear"),
-            **extra}
+    shape = {"m": m, "n": n, "k": k, "weight_bytes_per_elem": e, "act_bytes_per_elem": e,
+             "out_bytes_per_elem": 2 if dtype == "fp8" else e,
+             "impl": ("torch._scaled_mm (e4m3, per-tensor scales)" if dtype == "fp8"
+                      else "torch.mm(x, W.t(), out=...) as in nn.Linear"),
+             **extra}
+    if dtype == "fp8":
+        shape["use_fast_accum"] = FP8_USE_FAST_ACCUM
+        shape["fp8_small_m_path"] = m <= FP8_SLOW_M
+    return shape
 
 
 def attention_shape(batch: int, q_len: int, kv_len: int, causal: bool, dtype: str) -> dict:
@@ -142,7 +151,7 @@ def plan(suite: Suite) -> tuple[list[Point], list[Skip]]:
                             gemm_shape(m, n, k, dtype, model=model, layer=layer)))
     dtype = suite.attention_dtype
     for kind in ("attention-decode", "attention-prefill"):
-        for backend in SDPA_BACKENDS:
+        for backend in suite.sdpa_backends:
             if kind == "attention-decode":
                 sizes = [(f"decode b={b} kv={kv}", b * kv > suite.math_max_kv_tokens,
                           attention_shape(b, 1, kv, False, dtype)) for b, kv in suite.decode_cases()]
@@ -186,8 +195,9 @@ SUITES: dict[str, Suite] = {
     "cuda": Suite(
         name="cuda",
         description=("full GPU suite: bf16 (and fp8 where supported) GEMMs of Llama 3.1 8B/70B "
-                     "and Llama 2 7B at 1-8192 tokens, SDPA decode and prefill per backend, "
-                     "elementwise ops, a copy sweep and square GEMMs"),
+                     "and Llama 2 7B at 1-8192 tokens, SDPA decode and prefill per backend "
+                     "(flash, cuDNN, efficient, math), elementwise ops, a copy sweep and square "
+                     "GEMMs"),
         gemm=(GemmGroup("bf16", GEMM_MODELS, CUDA_TOKENS),
               GemmGroup("fp8", GEMM_MODELS, CUDA_TOKENS)),
         big_gemm_sizes=(4096, 8192, 16384), big_gemm_dtypes=("bf16", "fp8"),
@@ -198,7 +208,8 @@ SUITES: dict[str, Suite] = {
         math_max_kv_tokens=2 ** 20, math_max_prefill_seq=8192,
         elementwise_tokens=(1, 8, 64, 512, 4096, 32768), elementwise_dtype="bf16",
         copy_bytes=_pow2_bytes(12, 32),
-        warmup=3, target_s=0.03, min_repeats=5, max_repeats=30, max_seconds=290.0,
+        warmup=2, target_s=0.06, min_repeats=15, max_repeats=150, max_seconds=360.0,
+        rounds=3, sdpa_backends=CUDA_SDPA_BACKENDS,
     ),
     "cuda-quick": Suite(
         name="cuda-quick",
@@ -212,7 +223,8 @@ SUITES: dict[str, Suite] = {
         prefill_seq_lens=(512, 2048), math_max_kv_tokens=2 ** 20, math_max_prefill_seq=8192,
         elementwise_tokens=(1, 4096), elementwise_dtype="bf16",
         copy_bytes=_pow2_bytes(12, 30, 6),
-        warmup=2, target_s=0.01, min_repeats=3, max_repeats=10, max_seconds=60.0,
+        warmup=2, target_s=0.02, min_repeats=6, max_repeats=30, max_seconds=60.0,
+        rounds=2, sdpa_backends=CUDA_SDPA_BACKENDS,
     ),
     "cpu": Suite(
         name="cpu",

@@ -12,8 +12,8 @@ import numpy as np
 from gpu_traces import suites
 from gpu_traces.schema import SCHEMA_VERSION, time_stats
 from gpu_traces.shapes import counts
-from sim.calibration import (Calibration, catalogue_key_for_device, cpu_slug, device_slug,
-                             predict_rows)
+from sim.calibration import Calibration, predict_rows
+from sim.hardware import cpu_slug, identify_device
 
 
 def synthesize_trace(cal: Calibration, *, suite: str = "cuda", device_name: str = "NVIDIA H200",
@@ -32,7 +32,7 @@ def synthesize_trace(cal: Calibration, *, suite: str = "cuda", device_name: str 
     for r, t in zip(rows, model):
         samples = t * np.exp(noise * rng.standard_normal(repeats)) if noise else np.full(repeats, t)
         measurements.append({**r, "time": time_stats([float(x) for x in samples])})
-    key = catalogue_key_for_device(device_name) if device_type == "cuda" else None
+    ident = identify_device(device_name) if device_type == "cuda" else None
     units = int(cal.compute_units or 1)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -42,9 +42,9 @@ def synthesize_trace(cal: Calibration, *, suite: str = "cuda", device_name: str 
                   "description": "synthetic: times predicted by the model, not measured",
                   "max_seconds": 1.0, "elapsed_s": 0.0, "stopped_by_time_limit": False},
         "device": {"type": device_type, "name": device_name,
-                   "slug": device_slug(key or device_name) if device_type == "cuda"
-                   else cpu_slug(device_name, units),
-                   "catalogue_key": key, "memory_bytes": 80 * 10 ** 9, "compute_units": units,
+                   "slug": ident.slug if ident else cpu_slug(device_name, units),
+                   "catalogue_key": ident.key if ident else None,
+                   "memory_bytes": 80 * 10 ** 9, "compute_units": units,
                    "compute_unit_kind": "SM" if device_type == "cuda" else "thread",
                    "cache_bytes": 50 * 2 ** 20},
         "software": {"torch": "synthetic", "cuda": None, "driver": None, "python": "synthetic",

@@ -41,7 +41,6 @@ The model, in a few sentences (the one formula both the fit and the figures use)
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -50,7 +49,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from sim import hardware
-from sim.hardware import GPU
+from sim.hardware import GPU, cpu_slug, device_slug  # noqa: F401 (re-exported)
 
 DEFAULT_BANDWIDTH_EFFICIENCY = 0.80   # the guide's simple-model assumption until traces calibrate it
 DEFAULT_FLOPS_EFFICIENCY = 0.60       # the guide's simple-model assumption until traces calibrate it
@@ -450,56 +449,12 @@ def relative_errors(pred, measured) -> np.ndarray:
 # Mapping recorded devices onto the catalogue
 # --------------------------------------------------------------------------------------
 
-# torch.cuda.get_device_name() -> catalogue key; first match wins. A key that is not in
-# sim.hardware.CATALOGUE maps to nothing, so the device is calibrated for itself only.
-DEVICE_NAME_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"\bGH200\b", "GH200"),
-    (r"\bH200\b", "H200"),                      # "NVIDIA H200", "NVIDIA H200 NVL"
-    (r"\bH100\b.*\bNVL\b", "H100-NVL"),
-    (r"\bH100\b.*\bPCIe\b", "H100-PCIe"),
-    (r"\bH100\b.*\b(SXM|HBM3)\b", "H100-SXM"),  # the SXM5 part reports "NVIDIA H100 80GB HBM3"
-    (r"\bA100\b.*\bSXM4?-80GB\b", "A100-SXM-80GB"),
-    (r"\bA100\b.*\bSXM4?-40GB\b", "A100-SXM-40GB"),
-    (r"\bA100\b.*\bPCIe\b", "A100-PCIe"),
-    (r"\bL40S\b", "L40S"),
-    (r"\bB200\b", "B200"),
-)
-
+# The device identity lives with the catalogue (sim.hardware.identify_device); cpu_slug and
+# device_slug stay importable from here.
 
 def catalogue_key_for_device(name: str) -> str | None:
-    """The catalogue GPU a torch device name refers to, or None.
-
-    >>> catalogue_key_for_device("NVIDIA H100 80GB HBM3")
-    'H100-SXM'
-    >>> catalogue_key_for_device("NVIDIA H200")
-    'H200'
-    >>> catalogue_key_for_device("AMD EPYC 7B13") is None
-    True
-    """
-    for pattern, key in DEVICE_NAME_PATTERNS:
-        if re.search(pattern, name, flags=re.IGNORECASE) and key in hardware.CATALOGUE:
-            return key
-    return None
-
-
-def device_slug(name: str) -> str:
-    """A file-name-safe lower-case form of a device or catalogue name.
-
-    >>> device_slug("H100-SXM")
-    'h100-sxm'
-    >>> device_slug("NVIDIA A10G")
-    'nvidia-a10g'
-    """
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
-def cpu_slug(name: str, threads: int) -> str:
-    """The slug of a CPU run with `threads` torch threads (a CPU is never a catalogue GPU).
-
-    >>> cpu_slug("AMD EPYC", 1)
-    'cpu-amd-epyc-1-thread'
-    """
-    return device_slug(f"cpu {name} {threads} thread{'s' * (threads != 1)}")
+    """The catalogue key of a torch device name, or None (see sim.hardware.identify_device)."""
+    return hardware.identify_device(name).key
 
 
 # --------------------------------------------------------------------------------------

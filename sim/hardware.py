@@ -16,6 +16,7 @@ an "80 GB" H100 SXM has 81,559 MiB = 85.5e9 bytes.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
@@ -52,6 +53,8 @@ class GPU:
     boost_clock_hz: float | None = None  # SM clock used to derive on-chip bandwidths; None if unpublished
     fp32_lanes_per_sm: int | None = None  # FP32 cores per SM (register-operand derivation)
     l2_bytes_per_clock: int | None = None  # published L2 read bandwidth per clock, if any
+    device_names: tuple[str, ...] = ()   # what torch.cuda.get_device_name() reports for this part
+    device_name_patterns: tuple[str, ...] = ()  # regexes (whole name, any case) that recognise it
 
     @property
     def memory_bytes(self) -> int:
@@ -116,6 +119,8 @@ CATALOGUE: dict[str, GPU] = {
         memory_type="HBM3",                         # R4
         boost_clock_hz=1.98e9,                      # 67e12 / (132 * 128 * 2), see _H100_CLOCK
         fp32_lanes_per_sm=128,                      # R30: 128 FP32 cores per SM
+        device_names=("NVIDIA H100 80GB HBM3",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?H100 80GB HBM3",),
     ),
     "H200": GPU(
         name="H200", display_name="NVIDIA H200 SXM 141GB", arch="hopper",
@@ -132,6 +137,8 @@ CATALOGUE: dict[str, GPU] = {
         memory_type="HBM3e",                        # NVIDIA H200 datasheet
         boost_clock_hz=1.98e9,                      # H200 datasheet lists the same 67 TFLOP/s FP32 as H100 SXM
         fp32_lanes_per_sm=128,                      # R30
+        device_names=("NVIDIA H200",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?H200",),
     ),
     "A100-80GB": GPU(
         name="A100-80GB", display_name="NVIDIA A100 SXM4 80GB", arch="ampere",
@@ -149,6 +156,8 @@ CATALOGUE: dict[str, GPU] = {
         boost_clock_hz=1.41e9,                      # A100 whitepaper: 1410 MHz boost
         fp32_lanes_per_sm=64,                       # A100 whitepaper: 64 FP32 cores per SM
         l2_bytes_per_clock=A100_L2_BYTES_PER_CLOCK,  # A100 whitepaper: 5120 bytes/clk L2 read
+        device_names=("NVIDIA A100-SXM4-80GB",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?A100-SXM4?-80GB",),
     ),
     "B200": GPU(
         name="B200", display_name="NVIDIA B200 180GB", arch="blackwell",
@@ -165,6 +174,8 @@ CATALOGUE: dict[str, GPU] = {
         sources={"all": _B200_SRC, "on-chip": _B200_ONCHIP, "memory_mib": _B200_MEM,
                  "boost_clock_hz": "not published by NVIDIA; on-chip bandwidths are left undetermined"},
         memory_type="HBM3e",                        # HGX B200 datasheet
+        device_names=("NVIDIA B200",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?B200",),
     ),
     "L40S": GPU(
         name="L40S", display_name="NVIDIA L40S 48GB", arch="ada",
@@ -181,6 +192,8 @@ CATALOGUE: dict[str, GPU] = {
         memory_type="GDDR6",
         boost_clock_hz=2.52e9,                      # 91.6e12 / (142 * 128 * 2), see _L40S_CLOCK
         fp32_lanes_per_sm=128,                      # Ada whitepaper
+        device_names=("NVIDIA L40S",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?L40S",),
     ),
     "RTX-4090": GPU(
         name="RTX-4090", display_name="NVIDIA GeForce RTX 4090 24GB", arch="ada",
@@ -198,6 +211,8 @@ CATALOGUE: dict[str, GPU] = {
         memory_type="GDDR6X",
         boost_clock_hz=2.52e9,                      # Ada whitepaper: 2520 MHz boost
         fp32_lanes_per_sm=128,                      # Ada whitepaper
+        device_names=("NVIDIA GeForce RTX 4090",),  # torch.cuda.get_device_name()
+        device_name_patterns=(r"(NVIDIA )?(GeForce )?RTX 4090",),
     ),
 }
 
@@ -218,6 +233,72 @@ def get(name: str) -> GPU:
 def resolve(gpu: Union[str, GPU]) -> GPU:
     """A GPU given either as a catalogue key or as a GPU object."""
     return gpu if isinstance(gpu, GPU) else get(gpu)
+
+
+# --------------------------------------------------------------------------------------------
+# Device identity: which catalogue GPU a device that torch reports is
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What a device name means for the guide: its catalogue GPU (if any) and its slug.
+
+    `key` is None for a device the catalogue does not describe; `reason` then says why
+    (a MIG slice, a variant with other memory or clocks, an unknown part). Such a device
+    is calibrated for itself only and no figure uses it.
+    """
+
+    name: str                            # as torch reports it
+    key: str | None                      # catalogue key, e.g. "H100-SXM"
+    slug: str                            # file-name form: the key's, else the name's
+    reason: str | None = None            # why key is None
+
+
+def device_slug(name: str) -> str:
+    """A file-name-safe lower-case form of a device or catalogue name.
+
+    >>> device_slug("H100-SXM")
+    'h100-sxm'
+    >>> device_slug("NVIDIA A10G")
+    'nvidia-a10g'
+    """
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def cpu_slug(name: str, threads: int) -> str:
+    """The slug of a CPU run with `threads` torch threads (a CPU is never a catalogue GPU).
+
+    >>> cpu_slug("AMD EPYC", 1)
+    'cpu-amd-epyc-1-thread'
+    """
+    return device_slug(f"cpu {name} {threads} thread{'s' * (threads != 1)}")
+
+
+def identify_device(name: str) -> DeviceIdentity:
+    """The catalogue GPU that `torch.cuda.get_device_name()` names, or why there is none.
+
+    Each catalogue entry owns the patterns that recognise it (`device_name_patterns`,
+    matched against the whole name, any case). A MIG slice (a fraction of the SMs and
+    memory) is never its whole GPU, and a variant no pattern names (H200 NVL, A100 PCIe,
+    RTX 4090 D) is not taken for its sibling.
+
+    >>> identify_device("NVIDIA H100 80GB HBM3").key
+    'H100-SXM'
+    >>> identify_device("NVIDIA H200 NVL").key is None
+    True
+    >>> identify_device("NVIDIA H100 80GB HBM3 MIG 1g.10gb").slug
+    'nvidia-h100-80gb-hbm3-mig-1g-10gb'
+    """
+    text = " ".join(str(name).split())
+    if re.search(r"\bMIG\b", text, flags=re.IGNORECASE):
+        return DeviceIdentity(text, None, device_slug(text),
+                              "a MIG slice (a share of one GPU's SMs and memory), not a whole "
+                              "catalogue GPU")
+    for gpu in CATALOGUE.values():
+        if any(re.fullmatch(p, text, flags=re.IGNORECASE) for p in gpu.device_name_patterns):
+            return DeviceIdentity(text, gpu.name, device_slug(gpu.name))
+    return DeviceIdentity(text, None, device_slug(text),
+                          f"no catalogue GPU is named {text!r} (catalogue: {', '.join(CATALOGUE)})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -178,7 +178,9 @@ def test_cuda_suite_plan_covers_every_kind_and_backend():
     kinds = {p.kind for p in points}
     assert kinds == set(calibration.KINDS)
     for kind in ("attention-decode", "attention-prefill"):
-        assert {p.backend for p in points if p.kind == kind} == {"flash", "efficient", "math"}
+        # cuDNN attention too: current torch prefers it on Hopper
+        assert {p.backend for p in points if p.kind == kind} == {"flash", "cudnn", "efficient",
+                                                                 "math"}
     assert all(s.backend == "math" and "math backend" in s.reason for s in skips)
     decode = {(p.shape["batch"], p.shape["kv_len"]) for p in points if p.kind == "attention-decode"}
     assert {b for b, _ in decode} == {1, 4, 16, 64, 256}
@@ -193,3 +195,88 @@ def test_schema_file_is_the_one_used():
     assert schema.SCHEMA_PATH.name == "trace.schema.json"
     assert json.loads(schema.SCHEMA_PATH.read_text())["properties"]["schema_version"]["const"] == \
         schema.SCHEMA_VERSION
+
+
+# ---- physically impossible points and GPU traces that are not the GPU's -----------
+
+def _h100_trace(bandwidth_share=0.85, flops_share=0.7, **kw) -> dict:
+    """A made-up H100 trace timed by a model at the given shares of the datasheet."""
+    from sim import hardware
+    gpu = hardware.get("H100-SXM")
+    cal = calibration.Calibration(
+        device="made-up H100", source="trace",
+        bandwidth_bytes_per_s=bandwidth_share * gpu.hbm_bandwidth_bytes_per_s,
+        flops_per_s={d: flops_share * gpu.dense_flops[d] for d in ("bf16", "fp8")},
+        launch_overhead_s=4e-6, note="", compute_units=132)
+    trace = synthesize_trace(cal, suite="cuda-quick", device_name="NVIDIA H100 80GB HBM3", **kw)
+    trace["device"]["cache_bytes"] = 50 * 2 ** 20
+    trace["timing"]["cache_flush_bytes"] = 100 * 2 ** 20
+    return trace
+
+
+def _set_time(m: dict, seconds: float) -> None:
+    m["time"] = time_stats([seconds] * m["time"]["repeats"])
+
+
+def test_a_plausible_gpu_trace_passes():
+    validate_trace(_h100_trace(), "h100.json")
+
+
+def test_an_impossible_time_is_rejected_with_file_and_place(good_trace):
+    bad = copy.deepcopy(good_trace)
+    i = next(i for i, m in enumerate(bad["measurements"]) if m["kind"] == "copy")
+    _set_time(bad["measurements"][i], 1e-300)          # 8e303 B/s before this check
+    with pytest.raises(TraceError, match=rf"(?s)x.json.*measurements\[{i}\] \(copy .*\)\.time: "
+                                         r"samples from 1e-300 s"):
+        validate_trace(bad, "x.json")
+
+
+def test_faster_than_the_datasheet_by_more_than_the_margin():
+    trace = _h100_trace()
+    i, m = next((i, m) for i, m in enumerate(trace["measurements"]) if m["kind"] == "copy"
+                and m["bytes"] > 2 ** 30)
+    # 2.4 x the H100's 3.35 TB/s: writes absorbed by L2 can show up to 2x; 2.5x is the margin
+    _set_time(m, m["bytes"] / (2.4 * 3.35e12))
+    validate_trace(trace, "h100.json")
+    _set_time(m, m["bytes"] / (2.6 * 3.35e12))
+    with pytest.raises(TraceError, match=rf"measurements\[{i}\] .*more than 2.5 x the DRAM "
+                                         r"bandwidth of H100-SXM"):
+        validate_trace(trace, "h100.json")
+    # without a cache flush (imported profiles) data may sit in L2: the margin is 10x
+    trace["timing"]["cache_flush_bytes"] = 0
+    validate_trace(trace, "h100.json")
+    big = next((i, m) for i, m in enumerate(trace["measurements"]) if m["kind"] == "big-gemm"
+               and m["dtype"] == "bf16")
+    _set_time(big[1], big[1]["flops"] / (1.3 * 989e12))   # 30% above the dense bf16 peak
+    with pytest.raises(TraceError, match=rf"measurements\[{big[0]}\] .*more than 1.25 x the "
+                                         r"dense bf16 peak"):
+        validate_trace(trace, "h100.json")
+
+
+def test_cpu_like_numbers_under_a_gpu_name_are_rejected():
+    # 0.5% of the H100's bandwidth and FLOP/s: what a CPU manages
+    trace = _h100_trace(bandwidth_share=0.005, flops_share=0.005)
+    with pytest.raises(TraceError, match=r"best bandwidth of any large point is 0.50% of the "
+                                         r"H100-SXM datasheet \(need 20%\)"):
+        validate_trace(trace, "h100.json")
+    # real kernels at half the datasheet pass
+    validate_trace(_h100_trace(bandwidth_share=0.5, flops_share=0.4), "h100.json")
+
+
+def test_a_point_slower_than_any_kernel_of_the_gpu_is_rejected():
+    trace = _h100_trace()
+    i, m = next((i, m) for i, m in enumerate(trace["measurements"]) if m["kind"] == "copy"
+                and m["bytes"] > 2 ** 30)
+    roof = m["bytes"] / 3.35e12
+    _set_time(m, 1e-3 + 900 * roof)
+    validate_trace(trace, "h100.json")
+    _set_time(m, 1e-3 + 1100 * roof)
+    with pytest.raises(TraceError, match=rf"measurements\[{i}\] .*over 1000 x the datasheet time"):
+        validate_trace(trace, "h100.json")
+
+
+def test_catalogue_key_must_be_what_the_device_name_says():
+    trace = _h100_trace()
+    trace["device"]["name"] = "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    with pytest.raises(TraceError, match=r"device.catalogue_key: 'H100-SXM' does not match .*MIG"):
+        validate_trace(trace, "h100.json")

@@ -124,7 +124,10 @@ LIMITS: dict[str, tuple[float, str]] = {
     "mean_interarrival_s": (86_400.0, "s"), "long_prompt_arrival_s": (86_400.0, "s"),
     "logits": (1e4, ""), "temperature": (1000.0, ""), "outlier_scale": (1e6, ""), "std": (1e6, ""),
     "intensity_min": (1e9, "FLOP/byte"), "intensity_max": (1e9, "FLOP/byte"),
-    "budget_bytes": (2.0 ** 50, "bytes"), "weight_bytes_per_elem": (16.0, "bytes"),
+    "budget_bytes": (2.0 ** 50, "bytes"), "reserve_bytes": (2.0 ** 50, "bytes"),
+    "weight_bytes_per_elem": (16.0, "bytes"),
+    "batch_timeout_s": (86_400.0, "s"), "rate_per_s": (1e6, "requests/s"),
+    "bins": (4096, "bins"),
 }
 
 

@@ -285,6 +285,7 @@ def ttft_levers(params: LatencyParams = LatencyParams(preset="summarise"), cache
                                   cuda_graphs=False).time_s)
 
 
+@checked_params
 @dataclass(frozen=True)
 class LoadParams:
     """A loaded server: Poisson arrivals at `rate_per_s` through the continuous-batching scheduler.

@@ -734,7 +734,9 @@ def read_chapter(path: Path) -> Chapter:
         c = Chapter(int(meta["number"]), meta["title"], meta["summary"], meta["slug"],
                     list(meta.get("figures", [])),
                     path, text[m.end():], body_line=text[:m.end()].count("\n") + 1)
-    except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
+    except KeyError as exc:
+        raise BuildError(f"{path}: front matter lacks {exc} (number, title, summary and slug are required)") from None
+    except (tomllib.TOMLDecodeError, ValueError, TypeError) as exc:
         raise BuildError(f"{path}: bad front matter: {exc}") from None
     if not isinstance(c.slug, str) or not SLUG.fullmatch(c.slug):
         raise BuildError(f"{path}: slug {c.slug!r} must be lower-case letters, digits and hyphens "
@@ -800,7 +802,7 @@ def template_line(exc: BaseException) -> int | None:
     return lines[-1] if lines else None
 
 
-def render_body(env, c: Chapter, common: dict, contents: list[dict]) -> str:
+def render_body(env, c: Chapter, common: dict, contents: tuple = ()) -> str:
     """A chapter's Markdown with its macros and sim calls evaluated; the figures it places
     must be those its front matter lists (the page loads only those)."""
     try:

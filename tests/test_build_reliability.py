@@ -393,18 +393,18 @@ def chapter_file(folder: Path, name: str, front: str, body: str = "Text.\n") -> 
 
 @pytest.mark.parametrize("slug", ["../escaped", "a/b", "Upper", "", "x.html", 3])
 def test_a_slug_that_is_not_a_plain_name_is_refused(tmp_path, slug):
-    p = chapter_file(tmp_path, "01-x.md", f'number = 1\ntitle = "X"\nslug = {json.dumps(slug)}')
+    p = chapter_file(tmp_path, "01-x.md", f'number = 1\ntitle = "X"\nsummary = "S"\nslug = {json.dumps(slug)}')
     with pytest.raises(build.BuildError, match=f"{p}: slug .* must be lower-case letters, digits and hyphens"):
         build.read_chapter(p)
 
 
 def test_duplicate_slugs_and_numbers_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "SITE_SRC", tmp_path)
-    chapter_file(tmp_path / "chapters", "01-a.md", 'number = 1\ntitle = "A"\nslug = "same"')
-    chapter_file(tmp_path / "chapters", "02-b.md", 'number = 2\ntitle = "B"\nslug = "same"')
+    chapter_file(tmp_path / "chapters", "01-a.md", 'number = 1\ntitle = "A"\nsummary = "S"\nslug = "same"')
+    chapter_file(tmp_path / "chapters", "02-b.md", 'number = 2\ntitle = "B"\nsummary = "S"\nslug = "same"')
     with pytest.raises(build.BuildError, match="02-b.md: slug 'same' is also the slug of 01-a.md"):
         build.read_chapters()
-    chapter_file(tmp_path / "chapters", "02-b.md", 'number = 1\ntitle = "B"\nslug = "other"')
+    chapter_file(tmp_path / "chapters", "02-b.md", 'number = 1\ntitle = "B"\nsummary = "S"\nslug = "other"')
     with pytest.raises(build.BuildError, match="02-b.md: number 1 is also the number of 01-a.md"):
         build.read_chapters()
 
@@ -424,7 +424,7 @@ def common(figure_ids=("ch03-roofline",)):
 @pytest.mark.parametrize("call", ["figure('ch03-roofline')", 'figure("ch03-roofline")', "figure(id='ch03-roofline')"])
 def test_the_figures_a_page_places_are_read_from_its_html(tmp_path, env, call):
     """Item 7: a figure placed with single quotes used to be left out of the page's list."""
-    p = chapter_file(tmp_path, "04-x.md", 'number = 4\ntitle = "X"\nslug = "x"', "Text.\n\n{{ " + call + " }}\n")
+    p = chapter_file(tmp_path, "04-x.md", 'number = 4\ntitle = "X"\nsummary = "S"\nslug = "x"', "Text.\n\n{{ " + call + " }}\n")
     c = build.read_chapter(p)
     with pytest.raises(build.BuildError, match=r"front matter lists figures \[\] but the text places \['ch03-roofline'\]"):
         build.render_body(env, c, common())
@@ -434,7 +434,7 @@ def test_the_figures_a_page_places_are_read_from_its_html(tmp_path, env, call):
 
 def test_a_failing_sim_call_names_the_chapter_file_and_line(tmp_path, env):
     body = "Line one.\n\nLine three.\n\n{{ sim.kv.kv_size(sim.kv.KVSizeParams(batch=0)).kv_bytes }}\n"
-    p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nslug = "kv"', body)
+    p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nsummary = "S"\nslug = "kv"', body)
     c = build.read_chapter(p)
     # front matter: lines 1-4 (+++, number, title, slug ... +++); the call is on body line 5
     line = p.read_text().splitlines().index(body.splitlines()[4]) + 1
@@ -444,7 +444,7 @@ def test_a_failing_sim_call_names_the_chapter_file_and_line(tmp_path, env):
 
 
 def test_a_template_syntax_error_names_the_line(tmp_path, env):
-    p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nslug = "kv"', "A\n\n{{ oops( }}\n")
+    p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nsummary = "S"\nslug = "kv"', "A\n\n{{ oops( }}\n")
     with pytest.raises(build.BuildError, match=rf"{p}:8: TemplateSyntaxError"):
         build.render_body(env, build.read_chapter(p), common())
 

@@ -445,7 +445,8 @@ def test_a_failing_sim_call_names_the_chapter_file_and_line(tmp_path, env):
 
 def test_a_template_syntax_error_names_the_line(tmp_path, env):
     p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nsummary = "S"\nslug = "kv"', "A\n\n{{ oops( }}\n")
-    with pytest.raises(build.BuildError, match=rf"{p}:8: TemplateSyntaxError"):
+    line = p.read_text().splitlines().index("{{ oops( }}") + 1
+    with pytest.raises(build.BuildError, match=rf"{p}:{line}: TemplateSyntaxError"):
         build.render_body(env, build.read_chapter(p), common())
 
 

@@ -39,9 +39,28 @@ def test_good_trace_loads(tmp_path, good_trace):
 
 
 def test_wrong_schema_version_is_named(tmp_path, good_trace):
-    bad = {**good_trace, "schema_version": 2}
-    with pytest.raises(TraceError, match=r"t\.json: schema_version 2 is not supported; this "
-                                         r"reader reads version 1"):
+    bad = {**good_trace, "schema_version": 3}
+    with pytest.raises(TraceError, match=r"t\.json: schema_version 3 is not supported; this "
+                                         r"reader reads version 2"):
+        load_trace(_write(tmp_path, bad))
+
+
+def test_version_1_trace_is_migrated_without_touching_a_time(tmp_path, good_trace):
+    old = {**good_trace, "schema_version": 1}
+    loaded = load_trace(_write(tmp_path, old))
+    assert loaded["schema_version"] == 2
+    assert loaded["measurements"] == good_trace["measurements"]
+    p = _write(tmp_path, old, "old.json")
+    assert schema.migrate_file(p) is True
+    assert json.loads(p.read_text()) == {**good_trace, "schema_version": 2}
+    assert schema.migrate_file(p) is False
+
+
+def test_recorded_measurement_needs_its_samples(tmp_path, good_trace):
+    bad = json.loads(json.dumps(good_trace))
+    del bad["measurements"][3]["time"]["samples_s"]
+    with pytest.raises(TraceError, match=r"measurements\[3\].*\.time: a recorded measurement "
+                                         r"needs samples_s"):
         load_trace(_write(tmp_path, bad))
 
 

@@ -10,7 +10,9 @@
 - DP copies the whole deployment: more throughput, no more room per copy.
 
 Ring all-reduce of `m` bytes over `tp` GPUs: latency + 2 (tp - 1) / tp x m / link
-bandwidth (one direction).
+bandwidth (one direction); where the GPU's calibration has a measured all-reduce (fitted
+to NCCL all-reduce timings inside one server, `sim.calibration.AllReduceParams`), that
+replaces the assumed latency and link rate.
 
 >>> plan_parallel(ParallelParams(model="llama-3.1-405b", weight_dtype="fp8")).gpus
 8
@@ -168,7 +170,9 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
                 busy += o.count * max(t - launch, 0.0)
             kernels = f.kernels
             overhead = launch * (pp if p.cuda_graphs else kernels)
-            comm = m.num_layers * 2 * allreduce_time_s(msg, tp, link) + (pp - 1) * (
+            one = (cal.allreduce.time_s(msg, tp) if cal.allreduce is not None
+                   else allreduce_time_s(msg, tp, link))
+            comm = m.num_layers * 2 * one + (pp - 1) * (
                 INTERNODE_LATENCY_S + msg / INTERNODE_BYTES_PER_S)
             step = busy + overhead + comm
             layouts.append(ParallelLayout(tp=tp, pp=pp, gpus=tp * pp, weight_bytes_per_gpu=w_gpu,

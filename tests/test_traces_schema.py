@@ -165,8 +165,12 @@ def test_time_stats_are_numpy_quantiles():
 def test_shipped_traces_validate(path):
     trace = load_trace(path)
     assert not trace.get("synthetic"), "a synthetic trace must never be shipped"
-    assert path.parent.name == trace["device"]["slug"], "traces live in traces/<device slug>/"
     assert not trace["suite"]["quick"], "ship full-suite traces"
+    if "source" in trace:          # imported: traces/imported-<source>/<device as the source names it>/
+        assert path.parent.name == trace["source"]["device_as_named"]
+        assert path.parent.parent.name == "imported-vidur" and trace["suite"]["name"] == "imported"
+        return
+    assert path.parent.name == trace["device"]["slug"], "traces live in traces/<device slug>/"
     assert trace["suite"]["name"] == trace["device"]["type"]
 
 

@@ -865,6 +865,20 @@ class LayerGemmMeasurements:
     caption: str                 # provenance: device, date, software, held-out fit error
 
 
+def measured_model_name(label: str) -> str:
+    """A display name for the model label of measured points: the catalogue's name when the
+    label is a catalogue model (an imported "-hf" checkpoint name included), else the label.
+
+    >>> measured_model_name("llama-2-7b-hf")
+    'Llama 2 7B'
+    >>> measured_model_name("qwen-72b")
+    'qwen-72b'
+    """
+    from sim import models
+    key = label.removesuffix("-hf")
+    return models.get(key).display_name if key in models.names() else label
+
+
 def layer_gemm_measurements(device: "RecordedDevice | str", model: str,
                             dtype: str | None = None) -> LayerGemmMeasurements:
     """Measured time of one layer's qkv, o, gate/up and down GEMMs against token count.

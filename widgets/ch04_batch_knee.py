@@ -111,7 +111,7 @@ def build() -> FigureView:
         where = ("" if own else f"No kernel timings of the {gpu.value} are shipped, so these points come from another "
                  f"device; they are not {gpu.value} numbers. ")
         which = "" if name == model.value else f"{model.value} was not timed there; showing {name}. "
-        shown = models.get(name).display_name if name in models.names() else name
+        shown = calibration.measured_model_name(name)
         measured_note.object = provenance(f"{where}{which}Model: {shown}, {m.dtype}. {m.caption}.")
 
     watch([batch, gpu, model, context], update)

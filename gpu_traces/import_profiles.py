@@ -42,7 +42,6 @@ from gpu_traces import shapes
 from gpu_traces.schema import SCHEMA_VERSION, TraceError, validate_trace
 from sim import hardware
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = Path(__file__).resolve().parent / "traces" / "imported-vidur"
 IMPORTER = "python -m gpu_traces.import_profiles vidur"
 VIDUR_REPOSITORY = "https://github.com/microsoft/vidur"
@@ -473,7 +472,7 @@ def import_vidur_files(files: Sequence[tuple[Path, str]], *, commit: str, commit
             out[f"{dev}/{model.replace('/', '--')}.json"] = validate_trace(trace, rel)
         elif n:
             topo, op = n.group("topology"), n.group("op")
-            dm = NETWORK_PATH and NETWORK_DEVICE.match(topo)
+            dm = NETWORK_DEVICE.match(topo)
             if not dm:
                 raise ImportError_(f"{rel}: topology {topo!r} is not one this importer maps to "
                                    f"a catalogue GPU (valid: h100_*, a100_*)")
@@ -514,7 +513,9 @@ def _git_head(root: Path) -> tuple[str, str | None] | None:
     if not ref.startswith("ref:"):
         return ref, None
     name = ref[4:].strip()
-    for base in (git, git / ".." if (git / "commondir").exists() else git):
+    common = git / "commondir"                           # a worktree's refs live in the main .git
+    bases = [git] + ([(git / common.read_text().strip()).resolve()] if common.is_file() else [])
+    for base in bases:
         loose = base / name
         if loose.is_file():
             return loose.read_text().strip(), None

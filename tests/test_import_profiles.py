@@ -178,3 +178,14 @@ def test_shipped_imported_traces_validate_and_keep_the_licence():
     for p in files[:3] + files[-3:]:
         t = load_trace(p)
         assert t["source"]["commit"] == COMMIT and t["source"]["recorded_by_project"] is False
+
+
+def test_commit_is_read_from_the_checkouts_git(tmp_path):
+    src = tmp_path / "checkout"
+    shutil.copytree(EXCERPT, src)
+    (src / ".git" / "refs" / "heads").mkdir(parents=True)
+    (src / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (src / ".git" / "refs" / "heads" / "main").write_text(COMMIT + "\n")
+    out = tmp_path / "out"
+    assert imp.main(["vidur", str(src), "--commit-date", DATE, "--out", str(out)]) == 0
+    assert load_trace(out / "h100/network--h100_dgx--all_reduce.json")["source"]["commit"] == COMMIT

@@ -113,13 +113,13 @@ PROFILED_MODELS: dict[str, ProfiledModel] = {
 }
 
 # vidur's device folder -> (catalogue GPU, why). vidur names devices "h100" and "a100"; its
-# paper (Agrawal et al., MLSys 2024) profiles DGX-H100 and DGX-A100 servers, whose GPUs are
-# the H100 SXM5 80GB and A100 SXM4 80GB.
+# network profiles name the servers "h100_dgx" and "a100_dgx" (DGX servers carry the SXM
+# parts), and its device configs (vidur/config/device_sku_config.py) give both 80 GB.
 VIDUR_DEVICES = {
     "h100": ("H100-SXM", "vidur's 'h100' with network profiles of an 'h100_dgx': the H100 in a "
                          "DGX H100 server is the SXM5 80GB part"),
-    "a100": ("A100-80GB", "vidur's 'a100' with network profiles of an 'a100_dgx': vidur's "
-                          "A100 node config (a100_dgx) is the 80GB SXM4 part"),
+    "a100": ("A100-80GB", "vidur's 'a100' with network profiles of an 'a100_dgx' (a DGX "
+                          "A100 carries SXM4 parts) and 80 GB in vidur's A100 device config"),
 }
 NETWORK_DEVICE = re.compile(r"^(h100|a100)_")
 

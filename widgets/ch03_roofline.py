@@ -10,9 +10,10 @@ user's own KV cache, so batching does not move it, and elementwise kernels (norm
 SiLU) do almost no arithmetic per byte.
 
 Measured kernels (recorded traces, or kernel timings imported from published profiles)
-are drawn as dots, only on the device they were measured on. A recorded device appears in the device list as its own choice; its roof
-is the one fitted to its own measurements (no spec sheet). When the chosen GPU has no
-trace, the figure says so.
+are drawn as dots, only on the device they were measured on. A recorded device outside
+the catalogue (a CPU) appears in the device list as its own choice; its roof is the one
+fitted to its own measurements (no spec sheet). When the chosen GPU has no timings, the
+figure says so.
 
 Controls: device (catalogue GPUs and recorded devices), dtype, model, decode batch B,
 prefill length. Calls: sim.roofline.roofline_chart for a catalogue GPU, and

@@ -110,8 +110,9 @@ def build() -> FigureView:
                          "roofline_ms": m.roofline_s * 1e3}
         where = ("" if own else f"No kernel timings of the {gpu.value} are shipped, so these points come from another "
                  f"device; they are not {gpu.value} numbers. ")
-        which = "" if name == model.value else f"{model.value} was not timed there; showing {name}. "
         shown = calibration.measured_model_name(name)
+        which = ("" if name == model.value else
+                 f"{models.get(model.value).display_name} was not timed there; showing {shown}. ")
         measured_note.object = provenance(f"{where}{which}Model: {shown}, {m.dtype}. {m.caption}.")
 
     watch([batch, gpu, model, context], update)

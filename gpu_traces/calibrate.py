@@ -11,7 +11,7 @@ What is fitted (the formulas live in sim/calibration.py, shared with the simulat
 2. Launch overhead and bandwidth: a straight line t = launch + bytes / BW through the
    copy sweep, least squares on the relative error.
 3. FLOP/s per dtype: the best square GEMM, after its launch overhead.
-4. GEMM shape terms per dtype (alpha, beta, tile_m, tile_n, p, m_half): Nelder-Mead on the mean
+4. GEMM shape terms per dtype (alpha, beta, tile_m, tile_n, p, m_half, fixed): Nelder-Mead on the mean
    log error (soft-L1, so a disturbed point cannot drag the fit) for every tile pair of
    a small grid; the best pair wins.
 5. Attention per SDPA backend (alpha, beta, p, fixed cost, passes of the score matrix
@@ -50,6 +50,9 @@ ANCHOR_KINDS = ("copy", "big-gemm")           # define the peaks; always in the 
 HELDOUT_SHARE = 4                             # one point in HELDOUT_SHARE is held out
 TILE_M_GRID = (1, 16, 32, 64, 128, 256)
 TILE_N_GRID = (1, 32, 64, 128, 256)
+GPU_TILE_M_GRID = (16, 32, 64, 128)           # a GPU (64 SMs or more): the tiles its GEMM kernels use
+GPU_TILE_N_GRID = (64, 128, 256)
+STREAMING_BYTES = 128 * 2**20                 # imported residual adds this large stream from HBM
 MAX_SMOOTHNESS = 64.0                         # p beyond this is a sharp max in practice
 SIG_DIGITS = 6
 
@@ -138,13 +141,19 @@ def heldout(kind: str, dtype: str, backend: str | None, label: str) -> bool:
     return int(hashlib.sha256(key).hexdigest()[:8], 16) % HELDOUT_SHARE == 0
 
 
-def fit_line(nbytes: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+def fit_line(nbytes: np.ndarray, t: np.ndarray,
+             max_rate: float | None = None) -> tuple[float, float]:
     """(fixed_s, bytes_per_s) of t = fixed + bytes / rate, least squares on relative error.
 
-    A negative intercept is clamped to zero and the slope refitted.
+    A negative intercept is clamped to zero and the slope refitted. With `max_rate`, a
+    faster rate is clamped to it and the intercept refitted.
     """
     a = np.stack([1.0 / t, nbytes / t], axis=1)
     (fixed, inv_rate), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if max_rate is not None and 0 < inv_rate < 1.0 / max_rate:
+        inv_rate = 1.0 / max_rate
+        fixed = max(float(np.sum((1.0 - nbytes * inv_rate / t) / t) / np.sum(1.0 / t ** 2)), 0.0)
+        return float(fixed), float(max_rate)
     if fixed < 0:
         fixed = 0.0
         inv_rate = float(np.sum(nbytes / t) / np.sum((nbytes / t) ** 2))
@@ -170,7 +179,7 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
              units: int) -> dict:
     """Shape terms of one dtype's GEMMs.
 
-    Every tile pair of the grid gets a quick fit; the three best are then fitted again
+    Every tile pair of the grid gets a quick fit; the two best are then fitted again
     from several starting corners (p = 1.5, 4, 16) and the best result wins.
     """
     fl = np.array([p["flops"] for p in points])
@@ -183,29 +192,34 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
         def loss(theta):
             params = cal_mod.GemmShapeParams(_efficiency(theta[0]), _efficiency(theta[1]),
                                              tile_m, tile_n, _smoothness(theta[2]),
-                                             float(np.exp(theta[3])))
+                                             float(np.exp(theta[3])), float(np.exp(theta[4])))
             return _log_loss(params.time_s(fl, nb, m, n, bandwidth_bytes_per_s=bw,
                                            flops_per_s=flops_per_s, launch_overhead_s=launch,
                                            compute_units=units), t)
         return loss
 
+    fixed0 = np.log(0.1 * float(np.min(t)))        # a tenth of the fastest GEMM; may shrink to 0
+    grid_m, grid_n = (TILE_M_GRID, TILE_N_GRID) if units < 64 else (GPU_TILE_M_GRID, GPU_TILE_N_GRID)
     first = []
-    for tile_m in TILE_M_GRID:
-        for tile_n in TILE_N_GRID:
-            _, val = nelder_mead(make_loss(tile_m, tile_n), [0.0, 0.0, np.log(4.0), np.log(4.0)])
+    for tile_m in grid_m:
+        for tile_n in grid_n:
+            _, val = nelder_mead(make_loss(tile_m, tile_n),
+                                 [0.0, 0.0, np.log(4.0), np.log(4.0), fixed0])
             first.append((val, tile_m, tile_n))
     first.sort(key=lambda x: x[0])                    # stable: grid order breaks ties
     best = None
-    for _, tile_m, tile_n in first[:3]:
-        starts = [[0.0, 0.0, np.log(p0), np.log(4.0)] for p0 in (1.5, 4.0, 16.0)]
+    for _, tile_m, tile_n in first[:2]:
+        starts = [[0.0, 0.0, np.log(p0), np.log(4.0), fixed0] for p0 in (1.5, 4.0, 16.0)]
         theta, val = _polish(make_loss(tile_m, tile_n), starts)
         if best is None or val < best[0] - 1e-12:
             best = (val, theta, tile_m, tile_n)
     _, theta, tile_m, tile_n = best
     m_half = float(np.exp(theta[3]))
+    fixed = float(np.exp(theta[4]))
     return {"compute_efficiency": sig(_efficiency(theta[0])),
             "bandwidth_efficiency": sig(_efficiency(theta[1])), "tile_m": tile_m, "tile_n": tile_n, "smoothness": sig(_smoothness(theta[2])),
-            "half_rate_tokens": sig(m_half) if m_half > 1e-3 else 0.0}
+            "half_rate_tokens": sig(m_half) if m_half > 1e-3 else 0.0,
+            "fixed_s": sig(fixed) if fixed > 1e-4 * float(np.min(t)) else 0.0}
 
 
 def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: float) -> dict:
@@ -263,22 +277,41 @@ def device_identity(dev: Mapping) -> tuple[str | None, str]:
     return ident.key, ident.slug
 
 
-def fit_trace(trace: Mapping, trace_file: str) -> dict:
-    """The calibration file's contents for one validated trace."""
-    dev = trace["device"]
-    rows = _point_rows(trace)
-    train = [r for r in rows if r["split"] == "train"]
+def _add_spec(section: dict, gpu) -> None:
+    """The spec-sheet peaks and the achieved share of them (what carries over to a sibling GPU)."""
+    section["spec"] = {"catalogue_key": gpu.name,
+                       "bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+                       "flops_per_s": dict(gpu.dense_flops)}
+    section["efficiency"] = {
+        "bandwidth": sig(section["bandwidth_bytes_per_s"] / gpu.hbm_bandwidth_bytes_per_s),
+        "flops": {dt: sig(f / gpu.dense_flops[dt]) for dt, f in section["flops_per_s"].items()
+                  if dt in gpu.dense_flops}}
 
+
+def fit_section(train: list[dict], units: int, trace_file: str) -> dict:
+    """The "calibration" section fitted to the training rows of one device."""
     def of(kind, dtype=None, backend=None, rows=train):
         return [r for r in rows if r["kind"] == kind and (dtype is None or r["dtype"] == dtype)
                 and (backend is None or r["backend"] == backend)]
-
+    rows = train
     copies = of("copy")
+    imported = not copies
+    if imported:
+        # imported profiles have no copy sweep: the residual add (read two tensors, write
+        # one, nothing else) is the closest thing to a copy they time. With no cache flush
+        # between its repeats, only adds far larger than any L2 give the bandwidth; the
+        # fixed cost per kernel is the intercept of the line through all of them.
+        adds = [r for r in of("elementwise") if r["shape"]["op"] == "residual_add"]
+        copies = [r for r in adds if r["bytes"] >= STREAMING_BYTES]
     if len(copies) < 2:
-        raise CalibrationError(f"{trace_file}: needs at least 2 copy measurements to fit "
-                               f"bandwidth and launch overhead, has {len(copies)}")
+        raise CalibrationError(f"{trace_file}: needs at least 2 copy (or residual add) "
+                               f"measurements to fit bandwidth and launch overhead, has "
+                               f"{len(copies)}")
     launch, bw = fit_line(np.array([r["bytes"] for r in copies]),
                           np.array([r["time_s"] for r in copies]))
+    if imported:
+        launch, _ = fit_line(np.array([r["bytes"] for r in adds]),
+                             np.array([r["time_s"] for r in adds]))
     launch, bw = sig(launch), sig(bw)
 
     flops_per_s = {}
@@ -286,7 +319,6 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
         src = of("big-gemm", dtype) or of("gemm", dtype)
         flops_per_s[dtype] = sig(max(r["flops"] / max(r["time_s"] - launch, 0.5 * r["time_s"])
                                      for r in src))
-    units = int(dev["compute_units"])
     gemm = {}
     for dtype, peak in flops_per_s.items():
         pts = of("gemm", dtype) + of("big-gemm", dtype)
@@ -308,30 +340,35 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
         pts = [r for r in of("elementwise") if r["shape"]["op"] == op]
         if len(pts) >= 2:
             try:
+                # imported (L2-resident small tensors): no faster than the streaming bandwidth
                 fixed, rate = fit_line(np.array([r["bytes"] for r in pts]),
-                                       np.array([r["time_s"] for r in pts]))
+                                       np.array([r["time_s"] for r in pts]),
+                                       max_rate=bw if imported else None)
             except CalibrationError:
                 continue            # no growth with size: left to the plain roofline
             elementwise[op] = {"fixed_s": sig(fixed), "bandwidth_efficiency": sig(rate / bw)}
 
-    key, slug = device_identity(dev)
-    gpu = hardware.get(key) if key else None
-    name = (dev["name"] if dev["type"] == "cuda"
-            else f"{dev['name']} (CPU, {units} thread{'s' * (units > 1)})")
-    section = {
+    return {
         "launch_overhead_s": launch, "bandwidth_bytes_per_s": bw, "flops_per_s": flops_per_s,
         "compute_units": units, "gemm": gemm, "attention": attention,
         "default_attention_backend": default_backend, "elementwise": elementwise,
         "efficiency": None, "spec": None,
     }
+
+
+def fit_trace(trace: Mapping, trace_file: str) -> dict:
+    """The calibration file's contents for one validated trace."""
+    dev = trace["device"]
+    rows = _point_rows(trace)
+    train = [r for r in rows if r["split"] == "train"]
+    units = int(dev["compute_units"])
+    section = fit_section(train, units, trace_file)
+    key, slug = device_identity(dev)
+    gpu = hardware.get(key) if key else None
+    name = (dev["name"] if dev["type"] == "cuda"
+            else f"{dev['name']} (CPU, {units} thread{'s' * (units > 1)})")
     if gpu is not None:
-        section["spec"] = {"catalogue_key": key,
-                           "bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
-                           "flops_per_s": dict(gpu.dense_flops)}
-        section["efficiency"] = {
-            "bandwidth": sig(bw / gpu.hbm_bandwidth_bytes_per_s),
-            "flops": {dt: sig(f / gpu.dense_flops[dt]) for dt, f in flops_per_s.items()
-                      if dt in gpu.dense_flops}}
+        _add_spec(section, gpu)
 
     cal = calibration_from_section(name, section)
     model, roof = predict_rows(cal, rows)
@@ -380,6 +417,187 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------
+# Imported profiles: several models of one device, judged by leaving one model out
+# ------------------------------------------------------------------------------------
+
+SHOWN_MODEL = {"H100-SXM": "llama-2-7b-hf", "A100-80GB": "meta-llama-3-8b"}   # points kept in the file
+ALLREDUCE_TOPOLOGY = {"H100-SXM": "h100_dgx", "A100-80GB": "a100_dgx"}     # what sim.parallel models
+
+
+def op_kind(row: Mapping) -> str:
+    """The op kind a leave-one-model-out error is reported for: 'linear' or the elementwise op."""
+    return "linear" if row["kind"] in ("gemm", "big-gemm") else row["shape"].get("op", row["kind"])
+
+
+def _imported_rows(trace: Mapping) -> list[dict]:
+    rows = []
+    model = (trace["source"].get("model") or "").split("/")[-1].lower() or None
+    for m in trace["measurements"]:
+        if m["kind"] == "collective":
+            continue
+        t = m["time"]
+        rows.append({"kind": m["kind"], "label": m["label"], "dtype": m["dtype"],
+                     "backend": m["backend"], "shape": m["shape"], "flops": float(m["flops"]),
+                     "bytes": float(m["bytes"]), "time_s": sig(t["median_s"]),
+                     "p25_s": None, "p75_s": None, "split": "train",
+                     "model": model})
+    return rows
+
+
+def _errors(pred, meas, mask) -> dict:
+    e = relative_errors(pred[mask], meas[mask])
+    return {"n": int(np.sum(mask)), "median_rel_err": sig(np.median(e), 4),
+            "max_rel_err": sig(np.max(e), 4)}
+
+
+def leave_one_model_out(rows: list[dict], units: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(model, plain roofline) predictions of every row by a fit on every other model."""
+    pred = np.full(len(rows), np.nan)
+    roof = np.full(len(rows), np.nan)
+    for model in sorted({r["model"] for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r["model"] == model]
+        train = [r for r in rows if r["model"] != model]
+        section = fit_section(train, units, f"{where} without {model}")
+        cal = calibration_from_section("fold", section)
+        pred[idx], roof[idx] = predict_rows(cal, [rows[i] for i in idx])
+    return pred, roof
+
+
+def lomo_report(rows: list[dict], pred: np.ndarray, roof: np.ndarray) -> dict:
+    """Median and max leave-one-model-out error, overall and per op kind, model vs roofline."""
+    meas = np.array([r["time_s"] for r in rows])
+    kinds = np.array([op_kind(r) for r in rows])
+    models = np.array([r["model"] for r in rows])
+    everything = np.ones(len(rows), dtype=bool)
+
+    def both(mask):
+        return {"model": _errors(pred, meas, mask), "roofline": _errors(roof, meas, mask)}
+    return {"all": both(everything),
+            "by_op": {k: both(kinds == k) for k in sorted(set(kinds))},
+            "by_left_out_model": {m: both(models == m) for m in sorted(set(models))}}
+
+
+def fit_allreduce(traces: Sequence[Mapping], topology: str) -> dict | None:
+    """All-reduce inside one server: t = smax_p(latency, 2 (g - 1) / g x bytes / bus).
+
+    A fixed latency (NCCL's setup and synchronisation) that a ring's traffic hides once the
+    message is large, with the roofline's rounded corner (sim.calibration.smooth_max).
+    Robust fit on the log error over the server's GPU counts; judged by leaving one GPU
+    count out (fit on the others, predict it). Returns None without such a profile.
+    """
+    pts = [m for tr in traces for m in tr["measurements"]
+           if m["kind"] == "collective" and m["shape"]["op"] == "all_reduce"
+           and m["shape"].get("topology") == topology and m["shape"]["gpus"] > 1
+           and m["shape"]["gpus"] == m["shape"]["gpus_per_node"]]
+    if not pts:
+        return None
+    g = np.array([p["shape"]["gpus"] for p in pts], dtype=float)
+    b = np.array([p["bytes"] for p in pts])
+    t = np.array([sig(p["time"]["median_s"]) for p in pts])
+
+    def params(theta):
+        return cal_mod.AllReduceParams(float(np.exp(theta[0])), float(np.exp(theta[1])),
+                                       _smoothness(theta[2]), topology, 0.0, 0.0)
+
+    def fit(mask):
+        def loss(theta):
+            return _log_loss(params(theta).times_s(b[mask], g[mask]), t[mask])
+        x0 = [np.log(float(np.median(t[mask]))), np.log(float(np.max(b[mask] / t[mask]))), np.log(4.0)]
+        theta, _ = _polish(loss, [x0])
+        return params(theta)
+
+    full = fit(np.ones(len(t), dtype=bool))
+    pred = np.empty(len(t))
+    for count in sorted(set(g)):
+        out = g == count
+        pred[out] = fit(~out).times_s(b[out], g[out])
+    everything = np.ones(len(t), dtype=bool)
+    return {
+        "topology": topology,
+        "latency_s": sig(full.latency_s), "bus_bytes_per_s": sig(full.bus_bytes_per_s),
+        "smoothness": sig(full.smoothness),
+        "gpu_counts": sorted(int(x) for x in set(g)),
+        "bytes_range": [float(b.min()), float(b.max())],
+        "fit": {"leave_one_gpu_count_out": {
+                    "all": _errors(pred, t, everything),
+                    "by_gpus": {str(int(c)): _errors(pred, t, g == c) for c in sorted(set(g))}},
+                "in_sample": _errors(full.times_s(b, g), t, everything)},
+        "formula": "smooth_max(latency_s, 2 (g - 1) / g x bytes / bus_bytes_per_s; smoothness)",
+    }
+
+
+def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path) -> dict:
+    """The calibration file's contents for the imported profiles of one catalogue GPU."""
+    first = traces[0][1]
+    dev = first["device"]
+    key = dev["catalogue_key"]
+    gpu = hardware.get(key)
+    units = int(dev["compute_units"])
+    files = sorted(_rel(p, root) for p, _ in traces)
+    folder = files[0].rsplit("/", 1)[0]
+    rows = [r for _, tr in sorted(traces, key=lambda pt: str(pt[0])) for r in _imported_rows(tr)]
+    if not rows or len({r["model"] for r in rows}) < 2:
+        raise CalibrationError(f"{folder}: imported profiles of at least 2 models are needed to "
+                               f"fit and to judge the fit by leaving one model out")
+    section = fit_section(rows, units, folder)
+    _add_spec(section, gpu)
+    allreduce = fit_allreduce([tr for _, tr in traces], ALLREDUCE_TOPOLOGY.get(key, ""))
+    section["allreduce"] = allreduce
+    cal = calibration_from_section(gpu.display_name, section)
+    full, _ = predict_rows(cal, rows)
+    pred, roof = leave_one_model_out(rows, units, folder)
+    report = lomo_report(rows, pred, roof)
+    meas = np.array([r["time_s"] for r in rows])
+    src = first["source"]
+    shown = SHOWN_MODEL.get(key)
+    kept = [r for r in rows if r["model"] == shown and r["shape"].get("tensor_parallel", 1) == 1]
+    fit = {
+        "split": ("leave one model out: for each model, fit on every other model and predict "
+                  "it; every point is predicted once, by a fit that never saw its model"),
+        "n_points": len(rows),
+        "heldout": {"n": len(rows), "model": report["all"]["model"],
+                    "roofline": report["all"]["roofline"]},
+        "leave_one_model_out": report,
+        "in_sample": _errors(full, meas, np.ones(len(rows), dtype=bool)),
+        "by_kind": {}, "train": None,
+    }
+    # the spec-sheet assumption fits nothing, so every point is held out from it
+    spec = spec_sheet(gpu)
+    spec_pred = np.array([spec.op_time_s(r["flops"], r["bytes"], r["dtype"]) for r in rows])
+    spec_err = _errors(spec_pred, meas, np.ones(len(rows), dtype=bool))
+    fit["spec_sheet_heldout"] = {k: spec_err[k] for k in ("median_rel_err", "max_rel_err")}
+    return {
+        "format_version": CALIBRATION_FORMAT_VERSION,
+        "generated_by": GENERATOR,
+        "device": {"name": gpu.display_name, "recorded_name": src["device_as_named"],
+                   "type": "cuda", "slug": hardware.device_slug(key), "catalogue_key": key,
+                   "arch": gpu.arch, "compute_units": units, "compute_unit_kind": "SM",
+                   "memory_bytes": dev["memory_bytes"]},
+        "trace": {"file": folder, "recorded_at": first["recorded_at"], "suite": "imported",
+                  "torch": None, "cuda": None, "driver": None,
+                  "timing": first["timing"]["method"], "skipped": 0,
+                  "source": {"repository": src["repository"], "commit": src["commit"],
+                             "licence": src["licence"],
+                             "licence_file": f"{folder.rsplit('/', 1)[0]}/{src['licence_file']}",
+                             "device_as_named": src["device_as_named"],
+                             "models": sorted({r["model"] for r in rows}),
+                             "files": sorted(f for _, tr in traces for f in tr["source"]["files"]),
+                             "recorded_by_project": False}},
+        "calibration": section,
+        "fit": fit,
+        "points": {"columns": list(POINT_COLUMNS),
+                   "rows": [[r[c] for c in POINT_COLUMNS] for r in kept]},
+    }
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+# ------------------------------------------------------------------------------------
 # Files
 # ------------------------------------------------------------------------------------
 
@@ -403,12 +621,18 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
                        log=print) -> dict[str, str]:
     """{file name: text} of every calibration the traces under `traces_dir` give."""
     by_slug: dict[str, list] = {}
+    imported: dict[str, list] = {}
     for path in sorted(Path(traces_dir).rglob("*.json")):
         trace = load_trace(path)                     # TraceError says what is wrong
         if trace.get("synthetic"):
             raise CalibrationError(f"{path}: a synthetic trace (made up by the model for tests) "
                                    f"does not belong among the recorded traces")
         dev = trace["device"]
+        if "source" in trace:
+            if not dev["catalogue_key"]:
+                raise CalibrationError(f"{path}: an imported trace must name its catalogue GPU")
+            imported.setdefault(hardware.device_slug(dev["catalogue_key"]), []).append((path, trace))
+            continue
         key, slug = device_identity(dev)
         if dev["type"] == "cuda" and key is None:
             log(f"warning: {path}: {hardware.identify_device(dev['name']).reason}. Its "
@@ -417,12 +641,20 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
                 f"part, add its device name to that GPU in sim/hardware.py")
         by_slug.setdefault(slug, []).append((path, trace))
     out = {}
-    for slug in sorted(by_slug):
+    for slug in sorted(set(by_slug) | set(imported)):
+        if slug not in by_slug:
+            data = fit_imported(imported[slug], root)
+            out[f"{slug}.json"] = dumps(data)
+            lomo = data["fit"]["leave_one_model_out"]
+            log(f"{data['trace']['file']} (imported, {len(imported[slug])} files) => "
+                f"sim/calibrations/{slug}.json: leave-one-model-out error (n={lomo['all']['model']['n']}) "
+                f"model median {lomo['all']['model']['median_rel_err']:.1%}, max "
+                f"{lomo['all']['model']['max_rel_err']:.1%}; plain roofline median "
+                f"{lomo['all']['roofline']['median_rel_err']:.1%}, max "
+                f"{lomo['all']['roofline']['max_rel_err']:.1%}")
+            continue
         path, trace = _choose(by_slug[slug])
-        try:
-            rel = path.resolve().relative_to(Path(root).resolve()).as_posix()
-        except ValueError:
-            rel = path.name
+        rel = _rel(path, root)
         data = fit_trace(trace, rel)
         out[f"{slug}.json"] = dumps(data)
         h = data["fit"]["heldout"]
@@ -433,6 +665,8 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
         for other, _ in by_slug[slug]:
             if other != path:
                 log(f"  (not used: {other}, an older or quick trace of the same device)")
+        for other, _ in imported.get(slug, []):
+            log(f"  (not used: {other}, imported; this project's own recording of the device wins)")
     return out
 
 
@@ -485,14 +719,52 @@ def write_calibrations(files: Mapping[str, str], out_dir: Path = CALIBRATION_DIR
             _atomic_write(p, text)
 
 
+def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
+    """Markdown tables of the leave-one-out errors in the calibration files (no refitting).
+
+    One row per device and op kind: points, the calibrated model's median and max
+    |predicted - measured| / measured when fitted without the predicted model, and the
+    plain roofline's on the same points; then the all-reduce fits, leaving one GPU count out.
+    """
+    out = ["| device | op kind | points | model median | model max | plain roofline median "
+           "| plain roofline max |", "|---|---|---:|---:|---:|---:|---:|"]
+    comm = ["| device | measured in | GPUs | points | median | max | latency | bus bandwidth "
+            "| corner p |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for path in sorted(Path(cal_dir).glob("*.json")):
+        data = json.loads(path.read_text())
+        lomo = data["fit"].get("leave_one_model_out")
+        if not lomo:
+            continue
+        name = data["device"]["name"]
+        for op, e in [*lomo["by_op"].items(), ("all", lomo["all"])]:
+            out.append(f"| {name} | {op} | {e['model']['n']} | {e['model']['median_rel_err']:.1%} "
+                       f"| {e['model']['max_rel_err']:.1%} | {e['roofline']['median_rel_err']:.1%} "
+                       f"| {e['roofline']['max_rel_err']:.1%} |")
+        a = data["calibration"].get("allreduce")
+        if a:
+            e = a["fit"]["leave_one_gpu_count_out"]["all"]
+            comm.append(f"| {name} | {a['topology']} | {', '.join(map(str, a['gpu_counts']))} "
+                        f"| {e['n']} | {e['median_rel_err']:.1%} | {e['max_rel_err']:.1%} "
+                        f"| {a['latency_s'] * 1e6:.1f} µs | {a['bus_bytes_per_s'] / 1e9:.0f} GB/s "
+                        f"| {a['smoothness']:.3g} |")
+    return ("Leave one model out (fit on every other model, predict this one):\n\n"
+            + "\n".join(out) + "\n\nAll-reduce inside one server, leave one GPU count out:\n\n"
+            + "\n".join(comm) + "\n")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=GENERATOR, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", type=Path, default=TRACES_DIR, help="folder of traces")
     p.add_argument("--out", type=Path, default=CALIBRATION_DIR, help="folder for the calibrations")
+    p.add_argument("--report", action="store_true",
+                   help="print the leave-one-out error tables of the files in --out (no refit)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if the files in --out differ from what the traces give")
     args = p.parse_args(argv)
+    if args.report:
+        print(quality_report(args.out), end="")
+        return 0
     try:
         files = build_calibrations(args.traces, log=lambda s: print(s, file=sys.stderr))
     except (TraceError, CalibrationError) as e:

@@ -17,7 +17,8 @@ import jsonschema
 from gpu_traces import shapes
 from sim import hardware
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_READABLE_VERSION = 1   # version 1 files are upgraded in memory by `migrate`
 SCHEMA_PATH = Path(__file__).resolve().parent / "trace.schema.json"
 REL_TOL = 1e-9   # recomputed FLOPs/bytes and order statistics must match this closely
 
@@ -73,6 +74,10 @@ def time_stats(samples_s: list[float]) -> dict:
 def _semantic_errors(trace: Mapping) -> list[str]:
     """Checks beyond the schema: counts agree with shapes, times agree with their samples."""
     errors = []
+    imported = "source" in trace
+    if imported != (trace["suite"]["name"] == "imported"):
+        errors.append("suite.name: 'imported' exactly when the trace has a `source` (an imported "
+                      "trace is never labelled as this project's recording, nor the reverse)")
     for i, m in enumerate(trace["measurements"]):
         here = f"measurements[{i}] ({m['label']})"
         flops, nbytes = shapes.counts(m["kind"], m["shape"])
@@ -81,6 +86,16 @@ def _semantic_errors(trace: Mapping) -> list[str]:
         if not _close(nbytes, m["bytes"]):
             errors.append(f"{here}.bytes: {m['bytes']} disagrees with its shape ({nbytes})")
         t = m["time"]
+        if imported and "samples_s" not in t:
+            # summary statistics as the source published them; keep only what can be checked
+            if not (t["min_s"] <= t["median_s"] <= t["max_s"]):
+                errors.append(f"{here}.time: need min <= median <= max, got {t['min_s']}, "
+                              f"{t['median_s']}, {t['max_s']}")
+            continue
+        missing = [k for k in ("p25_s", "p75_s", "samples_s") if k not in t]
+        if missing:
+            errors.append(f"{here}.time: a recorded measurement needs {', '.join(missing)}")
+            continue
         if t["repeats"] != len(t["samples_s"]):
             errors.append(f"{here}.time.repeats: {t['repeats']} but "
                           f"{len(t['samples_s'])} samples")
@@ -105,7 +120,14 @@ def _semantic_errors(trace: Mapping) -> list[str]:
     dev = trace["device"]
     if dev["type"] == "cpu" and dev["catalogue_key"] is not None:
         errors.append("device.catalogue_key: a CPU trace cannot stand for a catalogue GPU")
-    if dev["type"] == "cuda":
+    if dev["type"] == "cuda" and "source" in trace:
+        # an imported profile: the source names the device in its own words (source block),
+        # not as a driver reports it; the importer states which catalogue GPU that is
+        if dev.get("catalogue_key") not in hardware.CATALOGUE:
+            errors.append(f"device.catalogue_key: an imported GPU profile must name a catalogue "
+                          f"GPU (one of {', '.join(hardware.CATALOGUE)}), got "
+                          f"{dev.get('catalogue_key')!r}")
+    elif dev["type"] == "cuda":
         ident = hardware.identify_device(dev["name"])
         if dev.get("catalogue_key") != ident.key:
             why = f"it is {ident.key}" if ident.key else ident.reason
@@ -162,8 +184,8 @@ def physical_errors(trace: Mapping) -> list[str]:
             errors.append(f"{here}.time.median_s: {med:.3g} s means {flops_rate / 1e12:.3g} "
                           f"TFLOP/s, more than {FLOPS_MARGIN:g} x the dense {m['dtype']} peak of "
                           f"{who} ({f_peak / 1e12:.3g} TFLOP/s)")
-        if gpu is None:
-            continue
+        if gpu is None or m["kind"] == "collective":
+            continue        # a collective moves its bytes over the interconnect, not through DRAM
         roof = max(m["bytes"] / peak_bw, m["flops"] / f_peak)
         if med > SLOW_ALLOWANCE_S + roof / SLOWEST_SHARE:
             errors.append(f"{here}.time.median_s: {med:.3g} s is over {1 / SLOWEST_SHARE:g} x "
@@ -181,6 +203,21 @@ def physical_errors(trace: Mapping) -> list[str]:
     return errors
 
 
+def migrate(trace: dict) -> dict:
+    """A trace of an older schema_version in the current layout (a new dict; times untouched).
+
+    Version 1 -> 2: version 2 only adds optional fields (an imported trace's `source`, the
+    `collective` kind, tensor-parallel degrees, summary-only times for imported data), so a
+    version 1 trace is a version 2 trace with the number changed.
+    """
+    version = trace.get("schema_version")
+    if version == 1:
+        return {**trace, "schema_version": 2}
+    if version == SCHEMA_VERSION:
+        return trace
+    raise TraceError(f"cannot migrate schema_version {version!r}")
+
+
 def validate_trace(trace: object, source: str = "<trace>") -> dict:
     """Check a parsed trace; return it unchanged or raise TraceError naming `source`."""
     if not isinstance(trace, dict):
@@ -189,6 +226,9 @@ def validate_trace(trace: object, source: str = "<trace>") -> dict:
         raise TraceError(f"{source}: missing 'schema_version' (is this a trace written by "
                          f"`python -m gpu_traces.record`?)")
     version = trace["schema_version"]
+    if version in range(OLDEST_READABLE_VERSION, SCHEMA_VERSION):
+        trace = migrate(trace)
+        version = trace["schema_version"]
     if version != SCHEMA_VERSION:
         raise TraceError(f"{source}: schema_version {version!r} is not supported; this reader "
                          f"reads version {SCHEMA_VERSION}. Re-record the trace with this "
@@ -231,3 +271,25 @@ def load_trace(path: Path | str) -> dict:
         raise TraceError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: "
                          f"{e.msg}{hint}") from None
     return validate_trace(data, str(path))
+
+
+def migrate_file(path: Path | str) -> bool:
+    """Rewrite a trace file in the current schema version (as the recorder writes files).
+
+    Returns True when the file changed. Only the layout changes, never a time.
+    """
+    path = Path(path)
+    data = json.loads(path.read_text())
+    if data.get("schema_version") == SCHEMA_VERSION:
+        return False
+    new = validate_trace(migrate(data), str(path))
+    path.write_text(json.dumps(new, indent=1) + "\n")
+    return True
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) < 3 or sys.argv[1] != "--migrate":
+        sys.exit("usage: python -m gpu_traces.schema --migrate TRACE.json...")
+    for name in sys.argv[2:]:
+        print(f"{name}: {'migrated' if migrate_file(name) else 'already current'}")

@@ -83,6 +83,16 @@ def copy_counts(shape: Mapping) -> tuple[float, float]:
     return 0.0, 2.0 * shape["elements"] * shape["bytes_per_elem"]
 
 
+def collective_counts(shape: Mapping) -> tuple[float, float]:
+    """(FLOPs, bytes) of a collective: the message each GPU contributes; FLOPs not modelled (0).
+
+    >>> collective_counts({"op": "all_reduce", "elements": 1024, "bytes_per_elem": 2,
+    ...                    "gpus": 8, "gpus_per_node": 8})
+    (0.0, 2048.0)
+    """
+    return 0.0, float(shape["elements"] * shape["bytes_per_elem"])
+
+
 def counts(kind: str, shape: Mapping) -> tuple[float, float]:
     """(FLOPs, bytes) of a kernel of `kind` with `shape`."""
     if kind in ("gemm", "big-gemm"):
@@ -93,4 +103,6 @@ def counts(kind: str, shape: Mapping) -> tuple[float, float]:
         return elementwise_counts(shape)
     if kind == "copy":
         return copy_counts(shape)
+    if kind == "collective":
+        return collective_counts(shape)
     raise ValueError(f"unknown kernel kind {kind!r}")

@@ -8,8 +8,9 @@ calibration moves every figure at once.
 
 Where the numbers come from, in order of preference (see `for_gpu`):
 
-1. "trace":        fitted from kernels recorded on this very GPU model
-                   (files in sim/calibrations/, written by `python -m gpu_traces.calibrate`);
+1. "trace":        fitted from kernels timed on this very GPU model: recorded by this
+                   project, or imported from published profiles (the provenance says which);
+                   files in sim/calibrations/, written by `python -m gpu_traces.calibrate`;
 2. "carried-over": fitted on another GPU of the same architecture; its efficiencies
                    (achieved / that GPU's spec-sheet peak) are applied to this GPU's peaks;
 3. "spec-sheet":   the guide's stated assumption, 80% of peak bandwidth and 60% of peak
@@ -18,14 +19,15 @@ Where the numbers come from, in order of preference (see `for_gpu`):
 The model, in a few sentences (the one formula both the fit and the figures use):
 
 * plain roofline:  t = launch + max(bytes / BW, FLOPs / F)          (`op_time_s`)
-* GEMM:            t = launch + smax_p(bytes / (beta BW), FLOPs / (alpha F eta(m, n)))
+* GEMM:            t = launch + fixed + smax_p(bytes / (beta BW), FLOPs / (alpha F eta(m, n)))
   where smax_p(a, b) = (a^p + b^p)^(1/p) rounds the roofline's corner (p -> inf is max),
   beta is the share of copy bandwidth a GEMM streams its weights at, alpha the share of
   the big-GEMM FLOP/s it reaches, and eta(m, n) the share of useful work once the
   (m, n) output is padded to whole tile_m x tile_n tiles and the tiles are dealt out
   in whole waves over the chip's compute units (SMs on a GPU, threads on a CPU; K is
   split when there are fewer tiles than units), times m / (m + m_half) for the multiply
-  units a GEMM with few tokens leaves idle;
+  units a GEMM with few tokens leaves idle, and fixed the GEMM kernel's own start-up and
+  tail (a small GEMM cannot keep enough bytes in flight to stream at full bandwidth);
 * attention:       the same smooth roofline with its own alpha, beta, p and a fixed
                    start-up cost per SDPA backend; an unfused backend also moves the
                    score matrix (batch x heads x queries x keys) through memory a fitted
@@ -121,6 +123,7 @@ class GemmShapeParams:
     tile_n: int                   # output tile along the feature dimension
     smoothness: float             # p of smooth_max; larger = sharper roofline corner
     half_rate_tokens: float = 0.0  # m_half: with m tokens the math runs m / (m + m_half) as fast
+    fixed_s: float = 0.0          # a GEMM kernel's own start-up and tail beyond one launch, s
 
     def efficiency(self, m, n, compute_units):
         """Share of alpha x F a GEMM with output (m x n) reaches: tiles, waves, few tokens."""
@@ -134,7 +137,7 @@ class GemmShapeParams:
         mem = np.asarray(nbytes, dtype=float) / (bandwidth_bytes_per_s * self.bandwidth_efficiency)
         eta = self.efficiency(m, n, compute_units)
         comp = np.asarray(flops, dtype=float) / (flops_per_s * self.compute_efficiency * eta)
-        return launch_overhead_s + smooth_max(mem, comp, self.smoothness)
+        return launch_overhead_s + self.fixed_s + smooth_max(mem, comp, self.smoothness)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,38 @@ class LineParams:
                                                                  * self.bandwidth_efficiency)
 
 
+@dataclass(frozen=True)
+class AllReduceParams:
+    """All-reduce inside one server, fitted to measured collectives (see gpu_traces.calibrate).
+
+    t = smooth_max(latency, 2 (g - 1) / g x bytes / bus): a fixed latency that the ring's
+    traffic hides once messages are large, with a rounded corner (p = smoothness).
+    """
+
+    latency_s: float              # time of an all-reduce too small to matter
+    bus_bytes_per_s: float        # rate of the 2 (g - 1) / g x bytes a ring moves per GPU
+    smoothness: float             # p of smooth_max
+    topology: str                 # the server it was measured in, as the source names it
+    median_rel_err: float         # leave-one-GPU-count-out error
+    max_rel_err: float
+
+    def times_s(self, message_bytes, gpus) -> np.ndarray:
+        """Vectorised `time_s` (every GPU count > 1)."""
+        g = np.asarray(gpus, dtype=float)
+        traffic = 2.0 * (g - 1) / g * np.asarray(message_bytes, dtype=float) / self.bus_bytes_per_s
+        return smooth_max(np.full_like(traffic, self.latency_s), traffic, self.smoothness)
+
+    def time_s(self, message_bytes: float, gpus: int) -> float:
+        """Seconds for an all-reduce of `message_bytes` over `gpus` GPUs (0 for one GPU).
+
+        >>> round(AllReduceParams(10e-6, 100e9, 64.0, "x", 0, 0).time_s(100e6, 2), 6)
+        0.001
+        """
+        if gpus <= 1:
+            return 0.0
+        return float(self.times_s(message_bytes, gpus))
+
+
 # --------------------------------------------------------------------------------------
 # Provenance and calibration
 # --------------------------------------------------------------------------------------
@@ -189,7 +224,7 @@ class Provenance:
     slug: str                     # file name stem in sim/calibrations/, e.g. "h200"
     device_type: str              # "cuda" | "cpu"
     recorded_at: str              # ISO 8601 UTC time the trace was recorded
-    torch: str                    # torch version that ran the kernels
+    torch: str | None             # torch version that ran the kernels (None: not stated by a source)
     cuda: str | None              # CUDA version torch was built with (None on CPU)
     driver: str | None            # GPU driver version (None on CPU or if unknown)
     suite: str                    # recorder suite, e.g. "cuda", "cpu", "cpu-quick"
@@ -200,6 +235,17 @@ class Provenance:
     heldout_max_rel_err: float
     roofline_heldout_median_rel_err: float  # plain roofline at the same measured peaks
     roofline_heldout_max_rel_err: float
+    source_repository: str | None = None   # imported timings: the repository that published them
+    source_commit: str | None = None       # ... at this commit
+    source_licence: str | None = None      # ... under this licence
+    source_models: tuple[str, ...] = ()    # ... of these models' layers
+    linear_heldout_median_rel_err: float | None = None   # imported: linear layers only
+    linear_heldout_max_rel_err: float | None = None
+
+    @property
+    def imported(self) -> bool:
+        """True when the timings were published by others, not recorded by this project."""
+        return self.source_repository is not None
 
     @property
     def date(self) -> str:
@@ -208,6 +254,18 @@ class Provenance:
 
     def caption(self) -> str:
         """One line for a figure: device, date, torch, held-out error of model and roofline."""
+        if self.imported:
+            repo = self.source_repository.removeprefix("https://github.com/")
+            linear = ("" if self.linear_heldout_median_rel_err is None else
+                      f"linear layers median {_pct(self.linear_heldout_median_rel_err)}, max "
+                      f"{_pct(self.linear_heldout_max_rel_err)}; ")
+            return (f"Calibrated from kernel timings of the {self.device} published by {repo} "
+                    f"(commit {self.source_commit[:7]}, {self.source_licence} licence; fp16 layers of "
+                    f"{len(self.source_models)} models), not recorded by this project; "
+                    f"leave-one-model-out error of the calibrated model: {linear}all ops median "
+                    f"{_pct(self.heldout_median_rel_err)}, max {_pct(self.heldout_max_rel_err)} "
+                    f"(plain roofline: median {_pct(self.roofline_heldout_median_rel_err)}, max "
+                    f"{_pct(self.roofline_heldout_max_rel_err)}; {self.n_heldout} points)")
         sw = f"torch {self.torch}" + (f", CUDA {self.cuda}" if self.cuda else "")
         return (f"Measured on {self.device} on {self.date} ({sw}); held-out error of the "
                 f"calibrated model: median {_pct(self.heldout_median_rel_err)}, max "
@@ -234,6 +292,7 @@ class Calibration:
     compute_units: int | None = None     # SMs (GPU) or threads (CPU) for the wave term
     default_attention_backend: str | None = None   # used when attention_time_s gets none
     provenance: Provenance | None = None  # the trace behind a "trace"/"carried-over" calibration
+    allreduce: AllReduceParams | None = None  # measured all-reduce inside one server, if any
 
     def flops(self, dtype: str) -> float:
         """Effective FLOP/s for `dtype`; ValueError lists what this calibration covers."""
@@ -251,8 +310,9 @@ class Calibration:
                                              flops / self.flops(dtype) if flops else 0.0)
 
     def _gemm_params(self, dtype: str) -> GemmShapeParams | None:
-        # dtypes without their own GEMM sweep borrow the bf16 shape terms
-        return self.gemm.get(dtype) or self.gemm.get("bf16")
+        # dtypes without their own GEMM sweep borrow the bf16 (else fp16: the same tensor-core
+        # rate on every catalogue GPU) shape terms
+        return self.gemm.get(dtype) or self.gemm.get("bf16") or self.gemm.get("fp16")
 
     def gemm_times_s(self, m, n, k, weight_bytes_per_elem: float = 2.0,
                      act_bytes_per_elem: float = 2.0, dtype: str = "bf16") -> np.ndarray:
@@ -354,8 +414,8 @@ class MeasuredPoint:
     flops: float                  # FLOPs the kernel does
     bytes: float                  # minimal bytes it must move (inputs + outputs once)
     time_s: float                 # measured median
-    p25_s: float                  # measured 25th percentile
-    p75_s: float                  # measured 75th percentile
+    p25_s: float                  # measured 25th percentile (NaN: not published by the source)
+    p75_s: float                  # measured 75th percentile (NaN: not published by the source)
     split: str                    # "train" (used by the fit) | "heldout" (used to report it)
     model_s: float                # calibrated model's prediction
     roofline_s: float             # plain roofline's prediction (same peaks, no shape terms)
@@ -510,7 +570,19 @@ def calibration_from_section(name: str, c: Mapping, *, note: str = "",
         compute_units=int(c["compute_units"]),
         default_attention_backend=c.get("default_attention_backend"),
         provenance=provenance,
+        allreduce=_allreduce(c.get("allreduce")),
     )
+
+
+def _allreduce(a: Mapping | None) -> AllReduceParams | None:
+    if not a:
+        return None
+    err = a["fit"]["leave_one_gpu_count_out"]["all"]
+    return AllReduceParams(latency_s=float(a["latency_s"]),
+                           bus_bytes_per_s=float(a["bus_bytes_per_s"]),
+                           smoothness=float(a["smoothness"]), topology=a["topology"],
+                           median_rel_err=float(err["median_rel_err"]),
+                           max_rel_err=float(err["max_rel_err"]))
 
 
 def calibration_from_dict(data: Mapping, path: Path | str = "<calibration>") -> RecordedDevice:
@@ -529,7 +601,13 @@ def calibration_from_dict(data: Mapping, path: Path | str = "<calibration>") -> 
     c = _need(data, "calibration", "", path)
     fit = _need(data, "fit", "", path)
     held = _need(fit, "heldout", "fit.", path)
+    src = trace.get("source") or {}
+    linear = (fit.get("leave_one_model_out") or {}).get("by_op", {}).get("linear", {}).get("model")
     prov = Provenance(
+        source_repository=src.get("repository"), source_commit=src.get("commit"),
+        source_licence=src.get("licence"), source_models=tuple(src.get("models", ())),
+        linear_heldout_median_rel_err=float(linear["median_rel_err"]) if linear else None,
+        linear_heldout_max_rel_err=float(linear["max_rel_err"]) if linear else None,
         device=dev["name"], slug=dev["slug"], device_type=dev["type"],
         recorded_at=trace["recorded_at"], torch=trace["torch"], cuda=trace.get("cuda"),
         driver=trace.get("driver"), suite=trace["suite"], trace_file=trace["file"],
@@ -547,8 +625,9 @@ def calibration_from_dict(data: Mapping, path: Path | str = "<calibration>") -> 
         "n_heldout": float(prov.n_heldout),
         "n_train": float(prov.n_points - prov.n_heldout),
     }
+    how = "imported kernel timings" if prov.imported else "its own trace"
     cal = calibration_from_section(dev["name"], c, fit=fit_flat, provenance=prov,
-                                   note=f"{dev['name']}: calibrated from its own trace. "
+                                   note=f"{dev['name']}: calibrated from {how}. "
                                         f"{prov.caption()}")
     cal = replace(cal, extra={**cal.extra, "slug": dev["slug"]})
     points = _points_from_table(cal, _need(data, "points", "", path), path)
@@ -590,10 +669,15 @@ def _points_from_table(cal: Calibration, table: Mapping, path: Path) -> tuple[Me
     return tuple(MeasuredPoint(kind=r["kind"], label=r["label"], shape=r["shape"],
                                dtype=r["dtype"], backend=r["backend"], flops=float(r["flops"]),
                                bytes=float(r["bytes"]), time_s=float(r["time_s"]),
-                               p25_s=float(r["p25_s"]), p75_s=float(r["p75_s"]),
+                               p25_s=_num(r["p25_s"]), p75_s=_num(r["p75_s"]),
                                split=r["split"], model_s=float(model[i]),
                                roofline_s=float(roof[i]))
                  for i, r in enumerate(rows))
+
+
+def _num(x) -> float:
+    # quartiles an imported source did not publish are stored as null: NaN here (no spread drawn)
+    return float("nan") if x is None else float(x)
 
 
 def load_calibration_file(path: Path | str) -> RecordedDevice:
@@ -641,7 +725,7 @@ def recorded_device(slug: str, directory: Path | str | None = None) -> RecordedD
 
 def _fill_dtypes(achieved: Mapping[str, float], gpu: GPU, flops_eff: Mapping[str, float]) -> dict:
     # dtypes the trace did not measure reach the bf16 efficiency of the chip's own peak
-    base = flops_eff.get("bf16", DEFAULT_FLOPS_EFFICIENCY)
+    base = flops_eff.get("bf16", flops_eff.get("fp16", DEFAULT_FLOPS_EFFICIENCY))
     return {dt: achieved[dt] if dt in achieved else flops_eff.get(dt, base) * peak
             for dt, peak in gpu.dense_flops.items()}
 
@@ -651,10 +735,13 @@ def _own_calibration(rec: RecordedDevice, gpu: GPU) -> Calibration:
     eff = rec.efficiency or {}
     flops = _fill_dtypes(cal.flops_per_s, gpu, eff.get("flops", {}))
     inferred = sorted(set(flops) - set(cal.flops_per_s))
-    extra_note = (f" Unmeasured dtypes ({', '.join(inferred)}) use the measured bf16 "
+    measured = "bf16" if "bf16" in cal.flops_per_s else ", ".join(sorted(cal.flops_per_s))
+    extra_note = (f" Unmeasured dtypes ({', '.join(inferred)}) use the measured {measured} "
                   f"efficiency." if inferred else "")
+    what = ("kernel timings of this GPU published by others" if rec.provenance.imported
+            else "a trace of this GPU")
     return replace(cal, device=gpu.display_name, flops_per_s=flops,
-                   note=(f"{gpu.display_name}: calibrated from a trace of this GPU. "
+                   note=(f"{gpu.display_name}: calibrated from {what}. "
                          f"{rec.provenance.caption()}.{extra_note}"))
 
 
@@ -662,16 +749,17 @@ def _carried_over(rec: RecordedDevice, gpu: GPU) -> Calibration:
     cal = rec.calibration
     eff = rec.efficiency
     flops_eff = dict(eff["flops"])
-    flops = {dt: flops_eff.get(dt, flops_eff.get("bf16", DEFAULT_FLOPS_EFFICIENCY)) * peak
-             for dt, peak in gpu.dense_flops.items()}
+    base = flops_eff.get("bf16", flops_eff.get("fp16", DEFAULT_FLOPS_EFFICIENCY))
+    flops = {dt: flops_eff.get(dt, base) * peak for dt, peak in gpu.dense_flops.items()}
     return replace(
         cal, device=gpu.display_name, source="carried-over",
         bandwidth_bytes_per_s=float(eff["bandwidth"]) * gpu.hbm_bandwidth_bytes_per_s,
         flops_per_s=flops, compute_units=gpu.sm_count,
         extra={**cal.extra, "carried_over_from": rec.slug},
-        note=(f"{gpu.display_name}: no trace of its own; efficiencies (achieved / peak) carried "
-              f"over from {rec.name} ({rec.arch}, same architecture) and applied to this GPU's "
-              f"spec sheet. There: {rec.provenance.caption()}"),
+        note=(f"{gpu.display_name}: no timings of its own; carried over from {rec.name} (same "
+              f"{rec.arch.capitalize()} SMs): its efficiencies (achieved / peak) applied to this "
+              f"GPU's own spec sheet (HBM bandwidth {gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s, "
+              f"{gpu.memory_mib:,} MiB). There: {rec.provenance.caption()}"),
     )
 
 
@@ -732,8 +820,22 @@ class LayerGemmMeasurements:
     caption: str                 # provenance: device, date, software, held-out fit error
 
 
+def measured_model_name(label: str) -> str:
+    """A display name for the model label of measured points: the catalogue's name when the
+    label is a catalogue model (an imported "-hf" checkpoint name included), else the label.
+
+    >>> measured_model_name("llama-2-7b-hf")
+    'Llama 2 7B'
+    >>> measured_model_name("qwen-72b")
+    'qwen-72b'
+    """
+    from sim import models
+    key = label.removesuffix("-hf")
+    return models.get(key).display_name if key in models.names() else label
+
+
 def layer_gemm_measurements(device: "RecordedDevice | str", model: str,
-                            dtype: str = "bf16") -> LayerGemmMeasurements:
+                            dtype: str | None = None) -> LayerGemmMeasurements:
     """Measured time of one layer's qkv, o, gate/up and down GEMMs against token count.
 
     Sums, per token count m, the four GEMMs of `model` recorded on `device` (a
@@ -742,6 +844,9 @@ def layer_gemm_measurements(device: "RecordedDevice | str", model: str,
     Raises ValueError when the trace has no GEMMs of that model and dtype.
     """
     rec = device if isinstance(device, RecordedDevice) else recorded_device(device)
+    if dtype is None:
+        have = sorted({p.dtype for p in rec.points_of("gemm") if p.shape.get("model") == model})
+        dtype = "bf16" if "bf16" in have or not have else have[0]
     by_m: dict[int, dict[str, MeasuredPoint]] = {}
     for p in rec.points_of("gemm"):
         if p.shape.get("model") == model and p.dtype == dtype and p.shape.get("layer") in LAYER_GEMMS:

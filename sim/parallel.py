@@ -10,7 +10,9 @@
 - DP copies the whole deployment: more throughput, no more room per copy.
 
 Ring all-reduce of `m` bytes over `tp` GPUs: latency + 2 (tp - 1) / tp x m / link
-bandwidth (one direction).
+bandwidth (one direction); where the GPU's calibration has a measured all-reduce (fitted
+to NCCL all-reduce timings inside one server, `sim.calibration.AllReduceParams`), that
+replaces the assumed latency and link rate.
 
 >>> plan_parallel(ParallelParams(model="llama-3.1-405b", weight_dtype="fp8")).gpus
 8
@@ -49,6 +51,13 @@ def allreduce_time_s(message_bytes: float, tp: int, link_bytes_per_s: float,
     if tp == 1:
         return 0.0
     return latency_s + 2.0 * (tp - 1) / tp * message_bytes / link_bytes_per_s
+
+
+def _allreduce_s(cal: Calibration, message_bytes: float, tp: int, link_bytes_per_s: float) -> float:
+    """One all-reduce: the GPU's calibrated collective model where it has one, else the ring model."""
+    if cal.allreduce is not None:
+        return cal.allreduce.time_s(message_bytes, tp)
+    return allreduce_time_s(message_bytes, tp, link_bytes_per_s)
 
 
 def _tp_busy_each_s(f, m, cal: Calibration, tp: int) -> list[float]:
@@ -93,7 +102,7 @@ def tensor_parallel_prefill_s(model, gpu, prompt_tokens: int, tp: int, precision
     msg = prompt_tokens * m.hidden_size * bytes_per_elem(prec.act_dtype)
     compute = launched_step_time_s(_tp_busy_each_s(f, m, cal, tp), f.ops, m.num_layers,
                                    cal.launch_overhead_s, cuda_graphs=False)
-    return compute + m.num_layers * 2 * allreduce_time_s(msg, tp, link)
+    return compute + m.num_layers * 2 * _allreduce_s(cal, msg, tp, link)
 
 
 @checked_params
@@ -206,7 +215,7 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
             each = _tp_busy_each_s(f, m, cal, tp)
             # one graph launch per stage, or the eager launch queue (launches hide behind longer kernels)
             compute = launched_step_time_s(each, f.ops, m.num_layers, launch * pp, p.cuda_graphs)
-            comm = m.num_layers * 2 * allreduce_time_s(msg, tp, link) + (pp - 1) * (
+            comm = m.num_layers * 2 * _allreduce_s(cal, msg, tp, link) + (pp - 1) * (
                 INTERNODE_LATENCY_S + msg / INTERNODE_BYTES_PER_S)
             step = compute + comm
             layouts.append(ParallelLayout(tp=tp, pp=pp, gpus=tp * pp, weight_bytes_per_gpu=w_gpu,

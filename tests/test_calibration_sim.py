@@ -165,7 +165,7 @@ def test_same_architecture_carries_efficiencies_over(h200_dir):
     assert cal.bandwidth_bytes_per_s == pytest.approx(eff * H100.hbm_bandwidth_bytes_per_s, rel=1e-5)
     assert cal.flops("bf16") == pytest.approx(own.flops("bf16"), rel=1e-5)   # same compute
     assert cal.gemm == own.gemm and cal.compute_units == H100.sm_count
-    assert "no trace of its own" in cal.note and "carried over from NVIDIA H200" in cal.note
+    assert "no timings of its own" in cal.note and "carried over from NVIDIA H200" in cal.note
     # slower memory: a decode GEMM takes longer on the H100
     assert cal.gemm_time_s(1, 28672, 4096) > own.gemm_time_s(1, 28672, 4096)
 
@@ -193,8 +193,34 @@ def shipped():
     return devices
 
 
+def test_imported_devices_say_where_their_timings_come_from(shipped):
+    imported = [d for d in shipped if d.provenance.imported]
+    assert {d.catalogue_key for d in imported} == {"H100-SXM", "A100-80GB"}
+    for dev in imported:
+        prov = dev.provenance
+        caption = prov.caption()
+        for part in (dev.name, "microsoft/vidur", "commit 7d47513", "MIT licence",
+                     "not recorded by this project", "leave-one-model-out", "plain roofline"):
+            assert part in caption, caption
+        assert (REPO / prov.trace_file).is_dir()
+        assert {p.kind for p in dev.points} == {"gemm", "elementwise"}
+        assert len(dev.points) <= 300          # a small subset for the figures, not the traces
+        assert all(np.isnan(p.p25_s) and np.isnan(p.p75_s) for p in dev.points)   # not published
+        assert "spec-sheet" not in C.for_gpu(hardware.get(dev.catalogue_key)).note
+
+
+def test_h200_carries_over_from_the_h100_timings():
+    cal = C.for_gpu(H200)
+    h100 = C.for_gpu(H100)
+    assert cal.source == "carried-over" and cal.extra["carried_over_from"] == "h100-sxm"
+    assert "microsoft/vidur" in cal.note and "same Hopper SMs" in cal.note
+    # its own HBM: the H100's achieved share of peak bandwidth applied to 4.8 TB/s
+    assert cal.bandwidth_bytes_per_s / H200.hbm_bandwidth_bytes_per_s == pytest.approx(
+        h100.bandwidth_bytes_per_s / H100.hbm_bandwidth_bytes_per_s, rel=1e-4)
+
+
 def test_recorded_devices_carry_provenance_and_points(shipped):
-    for dev in shipped:
+    for dev in (d for d in shipped if not d.provenance.imported):
         prov = dev.provenance
         assert dev.calibration.provenance == prov and dev.calibration.source == "trace"
         caption = prov.caption()
@@ -215,7 +241,8 @@ def test_recorded_devices_carry_provenance_and_points(shipped):
 
 
 def test_stored_errors_match_the_points(shipped):
-    for dev in shipped:
+    # (imported devices keep only a subset of their points; their errors are leave-one-model-out)
+    for dev in (d for d in shipped if not d.provenance.imported):
         held = [p for p in dev.points if p.split == "heldout"]
         assert len(held) == dev.provenance.n_heldout
         model = np.array([p.model_rel_err for p in held])

@@ -39,9 +39,28 @@ def test_good_trace_loads(tmp_path, good_trace):
 
 
 def test_wrong_schema_version_is_named(tmp_path, good_trace):
-    bad = {**good_trace, "schema_version": 2}
-    with pytest.raises(TraceError, match=r"t\.json: schema_version 2 is not supported; this "
-                                         r"reader reads version 1"):
+    bad = {**good_trace, "schema_version": 3}
+    with pytest.raises(TraceError, match=r"t\.json: schema_version 3 is not supported; this "
+                                         r"reader reads version 2"):
+        load_trace(_write(tmp_path, bad))
+
+
+def test_version_1_trace_is_migrated_without_touching_a_time(tmp_path, good_trace):
+    old = {**good_trace, "schema_version": 1}
+    loaded = load_trace(_write(tmp_path, old))
+    assert loaded["schema_version"] == 2
+    assert loaded["measurements"] == good_trace["measurements"]
+    p = _write(tmp_path, old, "old.json")
+    assert schema.migrate_file(p) is True
+    assert json.loads(p.read_text()) == {**good_trace, "schema_version": 2}
+    assert schema.migrate_file(p) is False
+
+
+def test_recorded_measurement_needs_its_samples(tmp_path, good_trace):
+    bad = json.loads(json.dumps(good_trace))
+    del bad["measurements"][3]["time"]["samples_s"]
+    with pytest.raises(TraceError, match=r"measurements\[3\].*\.time: a recorded measurement "
+                                         r"needs samples_s"):
         load_trace(_write(tmp_path, bad))
 
 
@@ -146,8 +165,12 @@ def test_time_stats_are_numpy_quantiles():
 def test_shipped_traces_validate(path):
     trace = load_trace(path)
     assert not trace.get("synthetic"), "a synthetic trace must never be shipped"
-    assert path.parent.name == trace["device"]["slug"], "traces live in traces/<device slug>/"
     assert not trace["suite"]["quick"], "ship full-suite traces"
+    if "source" in trace:          # imported: traces/imported-<source>/<device as the source names it>/
+        assert path.parent.name == trace["source"]["device_as_named"]
+        assert path.parent.parent.name == "imported-vidur" and trace["suite"]["name"] == "imported"
+        return
+    assert path.parent.name == trace["device"]["slug"], "traces live in traces/<device slug>/"
     assert trace["suite"]["name"] == trace["device"]["type"]
 
 

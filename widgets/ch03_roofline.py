@@ -9,10 +9,11 @@ each weight B times and drags them right (the batch slider). Decode attention re
 user's own KV cache, so batching does not move it, and elementwise kernels (norms, RoPE,
 SiLU) do almost no arithmetic per byte.
 
-Measured kernels from recorded traces are drawn as dots, only on the device they were
-recorded on. A recorded device appears in the device list as its own choice; its roof
-is the one fitted to its own measurements (no spec sheet). When the chosen GPU has no
-trace, the figure says so.
+Measured kernels (recorded traces, or kernel timings imported from published profiles)
+are drawn as dots, only on the device they were measured on. A recorded device outside
+the catalogue (a CPU) appears in the device list as its own choice; its roof is the one
+fitted to its own measurements (no spec sheet). When the chosen GPU has no timings, the
+figure says so.
 
 Controls: device (catalogue GPUs and recorded devices), dtype, model, decode batch B,
 prefill length. Calls: sim.roofline.roofline_chart for a catalogue GPU, and
@@ -41,8 +42,8 @@ GROUPS = {                                                # RooflineChartResult.
     "elementwise": ("elementwise (norms, RoPE, SiLU)", GREEN),
 }
 EFFECTIVE_LABEL = {"spec-sheet": "effective roof (assumed: 80% BW, 60% FLOP/s)",
-                   "trace": "effective roof (fitted to its trace)",
-                   "carried-over": "effective roof (carried over from a trace)"}
+                   "trace": "effective roof (fitted to its kernel timings)",
+                   "carried-over": "effective roof (carried over from kernel timings)"}
 RECORDED = "recorded:"                                    # device values for recorded devices: "recorded:<slug>"
 
 
@@ -118,8 +119,7 @@ def build() -> FigureView:
                          "kind": m.point_kinds}
         return (f"Dots: {len(m.point_labels)} {m.dtype} kernels (GEMMs, attention) measured on {m.device}; "
                 f"a grey line joins each to the calibrated model's prediction. {m.memory_only_points} copy and "
-                f"elementwise kernels do no FLOPs, so they cannot sit on this chart (the copies set the sloped "
-                f"roof). {m.caption}.")
+                f"elementwise kernels do no FLOPs, so they cannot sit on this chart. {m.caption}.")
 
     busy = [False]
 
@@ -204,17 +204,21 @@ def build() -> FigureView:
         ])
         gpu_name = hardware.get(device.value).display_name
         own = traced.get(device.value)
-        if own is not None and dtype.value in recorded[own].calibration.flops_per_s:
+        have = recorded[own].calibration.flops_per_s if own is not None else {}
+        # fp16 and bf16 run at the same tensor-core rate on these GPUs: fp16 timings stand for bf16
+        shown = dtype.value if dtype.value in have else ("fp16" if dtype.value == "bf16" and "fp16" in have
+                                                         else None)
+        if shown is not None:
             p.title.text = f"{r.gpu}, {r.dtype}: model and measured kernels"
             notice.data = {"x": [], "y": [], "text": []}
-            m = measured_roofline(MeasuredRooflineParams(device=recorded[own].slug, dtype=dtype.value))
+            m = measured_roofline(MeasuredRooflineParams(device=recorded[own].slug, dtype=shown))
             trace_note.object = "<p>" + show_measured(m) + "</p>"
             dots_item.visible = True
         else:
             measured.data = {"x": [], "y": [], "model_y": [], "label": [], "kind": []}
             dots_item.visible = False
-            why = (f"its trace has no {dtype.value} kernels" if own is not None
-                   else "no trace has been recorded on this GPU")
+            why = (f"its timings have no {dtype.value} kernels" if own is not None
+                   else "no kernel timings of this GPU")
             p.title.text = f"{r.gpu}, {r.dtype}: model only"
             notice.data = {"x": [r.intensity_flop_per_byte[0] * 1.3], "y": [r.peak_compute_flops_per_s / 1e12],
                            "text": [f"No measured points: {why}"]}

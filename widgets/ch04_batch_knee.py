@@ -12,7 +12,9 @@ recorded on, against the calibrated model and the plain roofline.
 """
 from __future__ import annotations
 
+import numpy as np
 import panel as pn
+from bokeh.core.properties import value
 from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
 from sim import calibration, hardware, models
@@ -61,7 +63,8 @@ def build() -> FigureView:
     dots = p_meas.scatter("tokens", "measured_ms", source=measured, size=7, color=BLUE)
     fitted = p_meas.line("tokens", "model_ms", source=measured, line_width=2, color=ORANGE)
     plain = p_meas.line("tokens", "roofline_ms", source=measured, line_width=1.5, color=GREY, line_dash="dashed")
-    p_meas.add_layout(Legend(items=[LegendItem(label="measured (quartiles)", renderers=[dots]),
+    dots_item = LegendItem(label="measured (quartiles)", renderers=[dots])
+    p_meas.add_layout(Legend(items=[dots_item,
                                     LegendItem(label="calibrated model", renderers=[fitted]),
                                     LegendItem(label="plain roofline", renderers=[plain])],
                              location="top_left", label_text_font_size="11px"), "center")
@@ -88,24 +91,29 @@ def build() -> FigureView:
     def show_measured() -> None:
         devices = calibration.recorded_devices()
         own = [d for d in devices if d.catalogue_key == gpu.value]
-        device = (own or list(devices) or [None])[0]
+        gpus = [d for d in devices if d.device_type == "cuda"]
+        device = (own or gpus or list(devices) or [None])[0]
         if device is None:
             measured.data = {k: [] for k in measured.data}
-            measured_note.object = provenance("No kernel trace has been recorded yet.")
+            measured_note.object = provenance("No kernel timings are shipped.")
             return
         recorded = sorted({p.shape.get("model") for p in device.points_of("gemm")})
         fallback = "llama-3.1-8b" if "llama-3.1-8b" in recorded else recorded[0]
         name = model.value if model.value in recorded else fallback
         m = calibration.layer_gemm_measurements(device, name)
         p_meas.title.text = f"Measured on {m.device}"
-        measured.data = {"tokens": m.tokens, "measured_ms": m.measured_s * 1e3, "low_ms": m.measured_p25_s * 1e3,
-                         "high_ms": m.measured_p75_s * 1e3, "model_ms": m.model_s * 1e3,
+        spread = not np.any(np.isnan(m.measured_p25_s))    # imported profiles publish no quartiles
+        low, high = (m.measured_p25_s, m.measured_p75_s) if spread else (m.measured_s, m.measured_s)
+        dots_item.label = value("measured (quartiles)" if spread else "measured (medians)")
+        measured.data = {"tokens": m.tokens, "measured_ms": m.measured_s * 1e3, "low_ms": low * 1e3,
+                         "high_ms": high * 1e3, "model_ms": m.model_s * 1e3,
                          "roofline_ms": m.roofline_s * 1e3}
-        where = ("" if own else f"No trace of the {gpu.value} exists, so these points come from another "
+        where = ("" if own else f"No kernel timings of the {gpu.value} are shipped, so these points come from another "
                  f"device; they are not {gpu.value} numbers. ")
-        which = "" if name == model.value else f"{model.value} was not recorded; showing {name}. "
-        measured_note.object = provenance(f"{where}{which}Model: {models.get(name).display_name}, {m.dtype}. "
-                                          f"{m.caption}.")
+        shown = calibration.measured_model_name(name)
+        which = ("" if name == model.value else
+                 f"{models.get(model.value).display_name} was not timed there; showing {shown}. ")
+        measured_note.object = provenance(f"{where}{which}Model: {shown}, {m.dtype}. {m.caption}.")
 
     watch([batch, gpu, model, context], update)
     update()

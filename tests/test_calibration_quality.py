@@ -1,0 +1,91 @@
+"""How well the shipped GPU calibrations predict kernels they were not fitted to, and what the
+figures say about it. The bounds are the ones the README states next to its table."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpu_traces import calibrate
+from sim import calibration as C
+from sim import hardware
+from tests.figures import cpython_state
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+BEGIN, END = "<!-- quality-report: begin -->", "<!-- quality-report: end -->"
+
+# Leave-one-model-out bounds for what ships (README, "How well the model predicts real GPU
+# kernels"): median and max relative error of the calibrated model on linear layers.
+LINEAR_BOUNDS = {"H100-SXM": (0.07, 0.80), "A100-80GB": (0.06, 0.50)}
+
+
+def _lomo(key: str) -> dict:
+    dev = next(d for d in C.recorded_devices() if d.catalogue_key == key)
+    return dev.fit_summary["leave_one_model_out"]
+
+
+def test_readme_table_is_what_the_report_command_prints():
+    text = README.read_text()
+    assert BEGIN in text and END in text
+    block = text.split(BEGIN)[1].split(END)[0]
+    assert block.strip() == calibrate.quality_report().strip(), (
+        "rerun `python -m gpu_traces.calibrate --report` and paste it into README.md")
+
+
+@pytest.mark.parametrize("key", sorted(LINEAR_BOUNDS))
+def test_linear_layers_leave_one_model_out_within_the_stated_bounds(key):
+    lomo = _lomo(key)
+    linear = lomo["by_op"]["linear"]
+    median, worst = LINEAR_BOUNDS[key]
+    assert linear["model"]["median_rel_err"] <= median
+    assert linear["model"]["max_rel_err"] <= worst
+    # and far better than the plain roofline at the same peaks, on the same points
+    assert linear["model"]["median_rel_err"] < 0.5 * linear["roofline"]["median_rel_err"]
+    # every model was left out once and predicted
+    assert sum(e["model"]["n"] for e in lomo["by_left_out_model"].values()) == lomo["all"]["model"]["n"]
+    assert len(lomo["by_left_out_model"]) >= 6
+
+
+@pytest.mark.parametrize("key", sorted(LINEAR_BOUNDS))
+def test_fitted_parameters_are_physical(key):
+    dev = next(d for d in C.recorded_devices() if d.catalogue_key == key)
+    gpu = hardware.get(key)
+    cal = dev.calibration
+    (g,) = cal.gemm.values()
+    # shares of the spec-sheet peaks the GEMMs reach, and positive overheads
+    assert 0 < g.compute_efficiency * cal.flops("fp16") / gpu.dense_flops["fp16"] <= 1
+    assert 0 < g.bandwidth_efficiency * cal.bandwidth_bytes_per_s / gpu.hbm_bandwidth_bytes_per_s <= 1
+    assert cal.launch_overhead_s > 0 and g.fixed_s >= 0 and g.half_rate_tokens >= 0
+    assert cal.allreduce is not None and cal.allreduce.latency_s > 0
+    assert 0 < cal.allreduce.bus_bytes_per_s < gpu.nvlink_bandwidth_bytes_per_s
+
+
+def test_parallel_uses_the_measured_all_reduce():
+    from sim import parallel
+    cal = C.for_gpu(hardware.get("H100-SXM"))
+    a = cal.allreduce
+    # 16 users x Llama 3.1 70B hidden 8192 x 2 bytes over 4 GPUs
+    msg = 16 * 8192 * 2
+    assert a.time_s(msg, 4) == pytest.approx(float(C.smooth_max(a.latency_s, 1.5 * msg / a.bus_bytes_per_s,
+                                                                 a.smoothness)), rel=1e-12)
+    r = parallel.plan_parallel(parallel.ParallelParams(), calibration=cal)
+    tp = r.chosen.tp
+    layers = 80
+    assert r.chosen.comm_time_s == pytest.approx(layers * 2 * a.time_s(msg, tp), rel=1e-9)
+
+
+@pytest.mark.parametrize("figure_id", ["ch03-roofline", "ch04-batch-knee"])
+def test_gpu_figures_name_the_imported_source_and_no_spec_sheet(figure_id):
+    readouts = cpython_state(figure_id)["readouts"]
+    text = " ".join(readouts.values())
+    assert "microsoft/vidur" in text and "not recorded by this project" in text
+    assert "leave-one-model-out" in text
+    assert not re.search(r"spec.sheet", text, flags=re.I), text
+
+
+@pytest.mark.parametrize("key", ["H100-SXM", "A100-80GB", "H200"])
+def test_no_h100_or_a100_calibration_says_spec_sheet(key):
+    note = C.for_gpu(hardware.get(key)).note
+    assert "spec-sheet" not in note and "microsoft/vidur" in note

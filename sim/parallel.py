@@ -65,12 +65,12 @@ def _tp_busy_each_s(f, m, cal: Calibration, tp: int) -> list[float]:
     attention split TP ways (KV heads replicated beyond num_kv_heads), elementwise ops replicated."""
     each = []
     for o in f.ops:
-        if o.kind == "elementwise":
-            t = o.time_s
-        elif o.kind == "attention":
-            t = cal.op_time_s(o.flops / tp, o.act_bytes / tp + o.kv_bytes / min(tp, m.num_kv_heads), o.dtype)
-        else:
-            t = cal.op_time_s(o.flops / tp, o.nbytes / tp, o.dtype)
+        t = o.time_s
+        if o.kind != "elementwise" and tp > 1:
+            # the op's own (shape-aware) time, scaled as the calibration scales its split share
+            split = (o.act_bytes / tp + o.kv_bytes / min(tp, m.num_kv_heads) if o.kind == "attention"
+                     else o.nbytes / tp)
+            t *= cal.op_time_s(o.flops / tp, split, o.dtype) / cal.op_time_s(o.flops, o.nbytes, o.dtype)
         each.append(max(t - cal.launch_overhead_s, 0.0))
     return each
 

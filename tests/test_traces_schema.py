@@ -279,8 +279,8 @@ def test_faster_than_the_datasheet_by_more_than_the_margin():
 def test_cpu_like_numbers_under_a_gpu_name_are_rejected():
     # 0.5% of the H100's bandwidth and FLOP/s: what a CPU manages
     trace = _h100_trace(bandwidth_share=0.005, flops_share=0.005)
-    with pytest.raises(TraceError, match=r"best bandwidth of any large point is 0.50% of the "
-                                         r"H100-SXM datasheet \(need 20%\)"):
+    with pytest.raises(TraceError, match=r"best large point reaches 0.50% of the "
+                                         r"H100-SXM datasheet roofline \(need 20%\)"):
         validate_trace(trace, "h100.json")
     # real kernels at half the datasheet pass
     validate_trace(_h100_trace(bandwidth_share=0.5, flops_share=0.4), "h100.json")

@@ -256,17 +256,18 @@ def _summary(pred: np.ndarray, roof: np.ndarray, meas: np.ndarray, mask: np.ndar
     return {"n": int(np.sum(mask)), "model": stats(pred), "roofline": stats(roof)}
 
 
+def _row(m: Mapping, **rest) -> dict:
+    """The calibration's row for one measurement: what it is, its work and its median time."""
+    return {"kind": m["kind"], "label": m["label"], "dtype": m["dtype"], "backend": m["backend"],
+            "shape": m["shape"], "flops": float(m["flops"]), "bytes": float(m["bytes"]),
+            "time_s": sig(m["time"]["median_s"]), **rest}
+
+
 def _point_rows(trace: Mapping) -> list[dict]:
-    rows = []
-    for m in trace["measurements"]:
-        t = m["time"]
-        rows.append({"kind": m["kind"], "label": m["label"], "dtype": m["dtype"],
-                     "backend": m["backend"], "shape": m["shape"], "flops": float(m["flops"]),
-                     "bytes": float(m["bytes"]), "time_s": sig(t["median_s"]),
-                     "p25_s": sig(t["p25_s"]), "p75_s": sig(t["p75_s"]),
-                     "split": "heldout" if heldout(m["kind"], m["dtype"], m["backend"],
-                                                   m["label"]) else "train"})
-    return rows
+    return [_row(m, p25_s=sig(m["time"]["p25_s"]), p75_s=sig(m["time"]["p75_s"]),
+                 split="heldout" if heldout(m["kind"], m["dtype"], m["backend"], m["label"])
+                 else "train")
+            for m in trace["measurements"]]
 
 
 def device_identity(dev: Mapping) -> tuple[str | None, str]:
@@ -430,18 +431,9 @@ def op_kind(row: Mapping) -> str:
 
 
 def _imported_rows(trace: Mapping) -> list[dict]:
-    rows = []
     model = (trace["source"].get("model") or "").split("/")[-1].lower() or None
-    for m in trace["measurements"]:
-        if m["kind"] == "collective":
-            continue
-        t = m["time"]
-        rows.append({"kind": m["kind"], "label": m["label"], "dtype": m["dtype"],
-                     "backend": m["backend"], "shape": m["shape"], "flops": float(m["flops"]),
-                     "bytes": float(m["bytes"]), "time_s": sig(t["median_s"]),
-                     "p25_s": None, "p75_s": None, "split": "train",
-                     "model": model})
-    return rows
+    return [_row(m, p25_s=None, p75_s=None, split="train", model=model)
+            for m in trace["measurements"] if m["kind"] != "collective"]
 
 
 def _errors(pred, meas, mask) -> dict:

@@ -4,6 +4,8 @@ A figure module (one per figure, e.g. widgets/ch04_batch_knee.py) defines
 
     FIGURE_ID = "ch04-batch-knee"
     TITLE = "..."
+    COMPUTE = sim.roofline.sweep_batch     # the one sim call behind the figure
+    PARAMS = sim.roofline.BatchSweepParams # its frozen Params; PARAMS() is the default state
     def build() -> FigureView
 
 `build` creates the controls, makes ONE call into sim/ per update, and lays out a
@@ -53,6 +55,33 @@ class FigureView:
             source.name = f"src-{self.figure_id}-{key}"
         for key, pane in self.readouts.items():
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
+
+
+def gpu_select(value: str = "H100-SXM", *, label: str = "GPU", width: int = CONTROL_WIDTH) -> pn.widgets.Select:
+    """The GPU menu every hardware figure uses: display names shown, catalogue keys as values."""
+    from sim import hardware
+
+    return pn.widgets.Select(label=label, options={hardware.get(n).display_name: n for n in hardware.names()},
+                             value=value, width=width)
+
+
+def model_select(value: str = "llama-3.1-8b", *, label: str = "Model", width: int = CONTROL_WIDTH,
+                 names: list[str] | None = None) -> pn.widgets.Select:
+    """The model menu: display names shown, catalogue keys as values (`names` narrows the list)."""
+    from sim import models
+
+    return pn.widgets.Select(label=label, options={models.get(n).display_name: n for n in (names or models.names())},
+                             value=value, width=width)
+
+
+def fmt_ms(seconds: float, digits: int = 1) -> str:
+    """A duration in milliseconds with thousands separators: fmt_ms(0.01234) == '12.3 ms'."""
+    return f"{seconds * 1e3:,.{digits}f} ms"
+
+
+def fmt_gib(n_bytes: float, digits: int = 1) -> str:
+    """A byte count in GiB (2**30 bytes), the unit nvidia-smi and the allocators report."""
+    return f"{n_bytes / 2 ** 30:,.{digits}f} GiB"
 
 
 def plot(title: str, x_label: str, y_label: str, *, width: int = PLOT_WIDTH,

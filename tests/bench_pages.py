@@ -31,7 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import build  # noqa: E402
+from builder.common import CACHE  # noqa: E402
+from builder.pages import read_chapters  # noqa: E402
+from builder.runtime import PYODIDE_VERSION, WASM_CARRIER_FILE  # noqa: E402
+from builder.serve import serving  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 from tests.figures import control_patch  # noqa: E402
 
@@ -135,7 +138,7 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, warm_r
 
     results = []
     counters: dict = {}
-    with build.serving(site, counters=counters) as base, sync_playwright() as p:
+    with serving(site, counters=counters) as base, sync_playwright() as p:
         for page_file, figure_ids in pages:
             cold, warm = [], []
             for i in range(runs):
@@ -194,16 +197,16 @@ def bench_proof(proof: Path, runs: int, warm_runs: int) -> list[dict]:
     shutil.copytree(proof, work / "proof")
     cache = work / "proof" / "cache"
     cache.mkdir(exist_ok=True)
-    for name in (f"pyodide-{build.PYODIDE_VERSION}.tgz", build.WASM_CARRIER_FILE):
-        if (build.CACHE / name).exists():
-            shutil.copy(build.CACHE / name, cache / name)
+    for name in (f"pyodide-{PYODIDE_VERSION}.tgz", WASM_CARRIER_FILE):
+        if (CACHE / name).exists():
+            shutil.copy(CACHE / name, cache / name)
     subprocess.run([sys.executable, str(work / "proof" / "build.py"), "--python", sys.executable],
                    cwd=work / "proof", check=True, stdout=subprocess.DEVNULL)
     site = work / "proof" / "site"
     out = []
     counters: dict = {}
     ready = "document.getElementById('status') && document.getElementById('status').textContent === 'ready'"
-    with build.serving(site, counters=counters) as base, sync_playwright() as p:
+    with serving(site, counters=counters) as base, sync_playwright() as p:
         for kind, n in (("cold", runs), ("warm", warm_runs)):
             profile = Path(tempfile.mkdtemp(prefix="guide-proof-prof-"))
             try:
@@ -240,7 +243,7 @@ def main() -> int:
     ap.add_argument("--proof", type=Path, help="the reference proof folder (runtime-proof) to time as well")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     a = ap.parse_args()
-    chapters = build.read_chapters()
+    chapters = read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}", flush=True)
     results = bench_site(a.site, pages, a.runs, a.warm_runs, a.moves)

@@ -18,9 +18,9 @@ def built_chapters() -> list[dict]:
     listing = SITE / "chapters.json"
     if listing.is_file():
         return json.loads(listing.read_text())
-    import build
+    from builder.pages import read_chapters
     return [{"number": c.number, "title": c.title, "file": c.file, "figures": c.figures}
-            for c in build.read_chapters()]
+            for c in read_chapters()]
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +34,9 @@ def site_dir() -> Path:
 @pytest.fixture(scope="session")
 def server(site_dir):
     """The site served on 127.0.0.1 (an ephemeral port) for the whole session."""
-    import build
+    from builder.serve import serving
 
-    with build.serving(site_dir) as base:
+    with serving(site_dir) as base:
         yield base
 
 

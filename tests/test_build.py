@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import build
+from builder import common, output, pages, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def run_build(out: Path, *args: str, cache: Path | None = None) -> subprocess.Co
 
 
 def test_site_has_every_page(site_dir):
-    chapters = build.read_chapters()
+    chapters = pages.read_chapters()
     assert chapters, "no chapters"
     for name in ["index.html", "references.html", *(c.file for c in chapters),
                  *(f"figure-{f}.html" for c in chapters for f in c.figures)]:
@@ -49,16 +49,16 @@ def test_site_has_every_page(site_dir):
 
 
 def test_every_file_matches_the_manifest(site_dir):
-    assert build.verify_site(site_dir) == []
+    assert output.verify_site(site_dir) == []
 
 
 def test_vendored_runtime_matches_its_pins(site_dir):
-    pyo = site_dir / build.PYO
-    for name, digest in build.PYODIDE_CORE_SHA256.items():
+    pyo = site_dir / common.PYO
+    for name, digest in runtime.PYODIDE_CORE_SHA256.items():
         if name != "pyodide-lock.json":
             assert sha(pyo / name) == digest, name
     lock = json.loads((pyo / "pyodide-lock.json").read_text())
-    assert lock["info"]["version"] == build.PYODIDE_VERSION
+    assert lock["info"]["version"] == runtime.PYODIDE_VERSION
     for name, entry in lock["packages"].items():
         wheel = pyo / entry["file_name"]
         assert wheel.is_file(), entry["file_name"]
@@ -67,11 +67,11 @@ def test_vendored_runtime_matches_its_pins(site_dir):
             assert dep in lock["packages"], f"{name} depends on {dep}, which is not in the lock"
     # the JS the page runs comes out of the very bokeh/panel wheels pinned for Python
     pins = (ROOT / "site/runtime/requirements-browser.txt").read_text()
-    bokeh_whl = next((build.CACHE / "pure").glob("bokeh-*.whl"))
+    bokeh_whl = next((common.CACHE / "pure").glob("bokeh-*.whl"))
     assert hashlib.sha256(bokeh_whl.read_bytes()).hexdigest() in pins
     with zipfile.ZipFile(bokeh_whl) as z:
         assert z.read("bokeh/server/static/js/bokeh.min.js") == (site_dir / "vendor/bokeh/bokeh.min.js").read_bytes()
-    panel_whl = next((build.CACHE / "pure").glob("panel-*.whl"))
+    panel_whl = next((common.CACHE / "pure").glob("panel-*.whl"))
     with zipfile.ZipFile(panel_whl) as z:
         version = lock["packages"]["panel"]["version"]
         assert z.read("panel/dist/panel.min.js") == \
@@ -80,9 +80,9 @@ def test_vendored_runtime_matches_its_pins(site_dir):
 
 def test_figures_import_only_vendored_packages(site_dir):
     """Building every figure in CPython imports nothing the browser runtime lacks."""
-    lock = json.loads((site_dir / build.PYO / "pyodide-lock.json").read_text())
+    lock = json.loads((site_dir / common.PYO / "pyodide-lock.json").read_text())
     shipped = {imp for e in lock["packages"].values() for imp in e["imports"]}
-    ids = [f for c in build.read_chapters() for f in c.figures]
+    ids = [f for c in pages.read_chapters() for f in c.figures]
     code = ("import sys, json, widgets\n"
             f"for fid in {ids!r}: widgets.build(fid)\n"
             "tops = {m.split('.')[0] for m in sys.modules}\n"
@@ -110,7 +110,7 @@ def test_two_builds_are_identical(tmp_path):
 
 def test_tampered_download_stops_the_build_and_keeps_the_old_site(tmp_path):
     cache = tmp_path / "cache"
-    shutil.copytree(build.CACHE, cache, ignore=shutil.ignore_patterns("processed"))
+    shutil.copytree(common.CACHE, cache, ignore=shutil.ignore_patterns("processed"))
     wheel = next((cache / "pure").glob("param-*.whl"))
     data = bytearray(wheel.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -128,13 +128,13 @@ def test_tampered_download_stops_the_build_and_keeps_the_old_site(tmp_path):
 def make_release_folder(dest: Path) -> Path:
     """A folder laid out like an official Pyodide 0.27.7 release, made from the pinned sources."""
     dest.mkdir()
-    with tarfile.open(build.CACHE / f"pyodide-{build.PYODIDE_VERSION}.tgz") as tf:
-        for name in build.PYODIDE_CORE_SHA256:
+    with tarfile.open(common.CACHE / f"pyodide-{runtime.PYODIDE_VERSION}.tgz") as tf:
+        for name in runtime.PYODIDE_CORE_SHA256:
             (dest / name).write_bytes(tf.extractfile(f"package/{name}").read())
-    with zipfile.ZipFile(build.CACHE / build.WASM_CARRIER_FILE) as z:
+    with zipfile.ZipFile(common.CACHE / runtime.WASM_CARRIER_FILE) as z:
         for n in z.namelist():
-            if n.startswith(build.WASM_CARRIER_PREFIX) and n.endswith(".whl") and "/wheels/" not in n:
-                (dest / n[len(build.WASM_CARRIER_PREFIX):]).write_bytes(z.read(n))
+            if n.startswith(runtime.WASM_CARRIER_PREFIX) and n.endswith(".whl") and "/wheels/" not in n:
+                (dest / n[len(runtime.WASM_CARRIER_PREFIX):]).write_bytes(z.read(n))
     return dest
 
 
@@ -167,7 +167,7 @@ def test_verify_reports_a_changed_file(site_dir, tmp_path):
     shutil.copytree(site_dir, copy)
     (copy / "static/guide.js").write_text("// changed\n")
     (copy / "vendor/pyodide/pyodide.mjs").unlink()
-    problems = build.verify_site(copy)
+    problems = output.verify_site(copy)
     assert any("static/guide.js" in p and "differs" in p for p in problems), problems
     assert any("pyodide.mjs: missing" in p for p in problems), problems
 
@@ -205,21 +205,21 @@ def test_pages_load_nothing_from_other_hosts(site_dir):
 
 
 def test_table_of_contents_lists_written_then_planned_chapters(tmp_path, monkeypatch):
-    chapters = build.read_chapters()
-    rows = build.table_of_contents(chapters)
+    chapters = pages.read_chapters()
+    rows = pages.table_of_contents(chapters)
     assert [r["number"] for r in rows] == sorted(r["number"] for r in rows)
     written = [r for r in rows if r["file"]]
     assert [(r["number"], r["title"], r["file"]) for r in written] == [(c.number, c.title, c.file) for c in chapters]
     assert all(r["summary"] for r in rows) and len(rows) > len(chapters)
     # a planned chapter that has been written must leave the plan
     (tmp_path / "plan.toml").write_text('[[planned]]\nnumber = 3\ntitle = "x"\nsummary = "y"\n')
-    monkeypatch.setattr(build, "SITE_SRC", tmp_path)
-    with pytest.raises(build.BuildError, match="chapter 3 is written now"):
-        build.table_of_contents(chapters)
+    monkeypatch.setattr(common, "SITE_SRC", tmp_path)
+    with pytest.raises(common.BuildError, match="chapter 3 is written now"):
+        pages.table_of_contents(chapters)
 
 
 def test_chapter_zero_contents_table_is_generated(site_dir):
     html = (site_dir / "ch00-memory-wall.html").read_text()
-    for c in build.read_chapters()[1:]:
+    for c in pages.read_chapters()[1:]:
         assert f'<a href="{c.file}">{c.number}. {c.title}</a>' in html
     assert "(in preparation)" in html

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import build
+from builder import common, output, pages, prerender, serve, wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def finish(p: subprocess.Popen) -> tuple[int, str]:
 
 def cache_copy(dest: Path, processed: bool = True) -> Path:
     """A copy of the build's download cache (without the processed wheels if asked)."""
-    shutil.copytree(build.CACHE, dest, ignore=None if processed else shutil.ignore_patterns("processed"))
+    shutil.copytree(common.CACHE, dest, ignore=None if processed else shutil.ignore_patterns("processed"))
     return dest
 
 
@@ -65,17 +65,17 @@ def cache_copy(dest: Path, processed: bool = True) -> Path:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(common, "CACHE", tmp_path / "cache")
     return tmp_path / "cache"
 
 
 def test_processed_wheel_records_its_sha256_and_is_reused(cache):
     made = []
     make = lambda: made.append(1) or ("tiny-1.0-py3-none-any.whl", tiny_wheel())  # noqa: E731
-    name, data = build.processed_wheel("k", make)
+    name, data = wheels.processed_wheel("k", make)
     recorded = (cache / "processed/k" / (name + ".sha256")).read_text().strip()
     assert recorded == hashlib.sha256(data).hexdigest() == hashlib.sha256((cache / "processed/k" / name).read_bytes()).hexdigest()
-    assert build.processed_wheel("k", make) == (name, data)
+    assert wheels.processed_wheel("k", make) == (name, data)
     assert made == [1]
     assert sorted(p.name for p in (cache / "processed/k").iterdir()) == [name, name + ".sha256"]
 
@@ -83,7 +83,7 @@ def test_processed_wheel_records_its_sha256_and_is_reused(cache):
 @pytest.mark.parametrize("damage", ["flipped byte", "no recorded sha256", "bad zip with its own sha256", "truncated"])
 def test_damaged_processed_wheel_is_rebuilt_from_the_source(cache, capsys, damage):
     make = lambda: ("tiny-1.0-py3-none-any.whl", tiny_wheel())  # noqa: E731
-    name, good = build.processed_wheel("k", make)
+    name, good = wheels.processed_wheel("k", make)
     whl, sha = cache / "processed/k" / name, cache / "processed/k" / (name + ".sha256")
     if damage == "flipped byte":
         flip_byte(whl)
@@ -94,7 +94,7 @@ def test_damaged_processed_wheel_is_rebuilt_from_the_source(cache, capsys, damag
     else:   # a zip member damaged, the sidecar rewritten to match: only the CRC check sees it
         flip_byte(whl, at=good.index(b"x = 1") + 10 if b"x = 1" in good else 60)
         sha.write_text(hashlib.sha256(whl.read_bytes()).hexdigest())
-    assert build.processed_wheel("k", make) == (name, good)
+    assert wheels.processed_wheel("k", make) == (name, good)
     assert whl.read_bytes() == good
     assert str(whl) in capsys.readouterr().out
 
@@ -105,23 +105,23 @@ def test_a_member_failing_its_crc_is_found():
         z.writestr("a.py", b"print('hello')\n" * 50)
     data = bytearray(buf.getvalue())
     data[100] ^= 0xFF          # inside the stored member
-    assert build.wheel_problem(buf.getvalue()) is None
-    assert "member a.py is damaged" in build.wheel_problem(bytes(data))
-    assert "not a readable zip" in build.wheel_problem(b"PK\x03\x04 garbage")
+    assert wheels.wheel_problem(buf.getvalue()) is None
+    assert "member a.py is damaged" in wheels.wheel_problem(bytes(data))
+    assert "not a readable zip" in wheels.wheel_problem(b"PK\x03\x04 garbage")
 
 
 def test_an_unreadable_wheel_is_named(tmp_path):
     bad = tmp_path / "param-2.4.2-py3-none-any.whl"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(build.BuildError, match=f"{bad}: not a readable wheel .*delete it"):
-        build.read_wheel(bad)
+    with pytest.raises(common.BuildError, match=f"{bad}: not a readable wheel .*delete it"):
+        wheels.read_wheel(bad)
 
 
 def shipped_site(tmp_path: Path, files: dict[str, bytes]) -> Path:
     """A staging folder holding one wheel and a lock entry for it."""
-    pyo = tmp_path / "staging" / build.PYO
+    pyo = tmp_path / "staging" / common.PYO
     pyo.mkdir(parents=True)
-    build.write_wheel(pyo / "tiny-1.0-py3-none-any.whl", files)
+    wheels.write_wheel(pyo / "tiny-1.0-py3-none-any.whl", files)
     data = (pyo / "tiny-1.0-py3-none-any.whl").read_bytes()
     lock = {"info": {}, "packages": {"tiny": {"file_name": "tiny-1.0-py3-none-any.whl",
                                               "sha256": hashlib.sha256(data).hexdigest()}}}
@@ -131,27 +131,27 @@ def shipped_site(tmp_path: Path, files: dict[str, bytes]) -> Path:
 
 def test_shipped_wheels_must_match_the_lock_and_unzip(tmp_path):
     staging = shipped_site(tmp_path, tiny_wheel())
-    build.check_shipped_wheels(staging)
-    whl = staging / build.PYO / "tiny-1.0-py3-none-any.whl"
+    wheels.check_shipped_wheels(staging)
+    whl = staging / common.PYO / "tiny-1.0-py3-none-any.whl"
     flip_byte(whl)
-    with pytest.raises(build.BuildError, match="tiny-1.0-py3-none-any.whl: sha256 differs from the lock's"):
-        build.check_shipped_wheels(staging)
+    with pytest.raises(common.BuildError, match="tiny-1.0-py3-none-any.whl: sha256 differs from the lock's"):
+        wheels.check_shipped_wheels(staging)
     # the lock hash recomputed from corrupt bytes (what the old build did) is still refused
-    lock_path = staging / build.PYO / "pyodide-lock.json"
+    lock_path = staging / common.PYO / "pyodide-lock.json"
     lock = json.loads(lock_path.read_text())
     lock["packages"]["tiny"]["sha256"] = hashlib.sha256(whl.read_bytes()).hexdigest()
     lock_path.write_text(json.dumps(lock))
-    with pytest.raises(build.BuildError, match=r"tiny-1.0-py3-none-any.whl \(tiny\): .*not shipping it"):
-        build.check_shipped_wheels(staging)
+    with pytest.raises(common.BuildError, match=r"tiny-1.0-py3-none-any.whl \(tiny\): .*not shipping it"):
+        wheels.check_shipped_wheels(staging)
 
 
 def test_verify_reports_a_wheel_that_does_not_unzip(tmp_path):
     """A site built (by an older build) with a corrupt wheel listed in its manifest fails --verify."""
     staging = shipped_site(tmp_path, tiny_wheel())
-    whl = staging / build.PYO / "tiny-1.0-py3-none-any.whl"
+    whl = staging / common.PYO / "tiny-1.0-py3-none-any.whl"
     whl.write_bytes(whl.read_bytes()[:-40])
-    build.write_manifest(staging)
-    assert build.verify_site(staging) == [f"{build.PYO}/tiny-1.0-py3-none-any.whl: not a readable zip "
+    output.write_manifest(staging)
+    assert output.verify_site(staging) == [f"{common.PYO}/tiny-1.0-py3-none-any.whl: not a readable zip "
                                           f"(File is not a zip file)"]
 
 
@@ -171,17 +171,17 @@ def test_corrupt_processed_wheels_never_ship(tmp_path):
     for whl in damaged:
         assert f"cache: {whl}: " in log
     assert "wheels => unzip and match the lock" in log
-    assert build.verify_site(out) == []
-    lock = json.loads((out / build.PYO / "pyodide-lock.json").read_text())
+    assert output.verify_site(out) == []
+    lock = json.loads((out / common.PYO / "pyodide-lock.json").read_text())
     for entry in lock["packages"].values():
-        data = (out / build.PYO / entry["file_name"]).read_bytes()
+        data = (out / common.PYO / entry["file_name"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
-        assert build.wheel_problem(data) is None
+        assert wheels.wheel_problem(data) is None
     # the same bytes as the intact cache gives
     ref = json.loads((ROOT / "_site/MANIFEST.json").read_text())["files"] if (ROOT / "_site/MANIFEST.json").is_file() else {}
     for entry in lock["packages"].values():
-        name = f"{build.PYO}/{entry['file_name']}"
-        if name in ref and not name.endswith(f"{build.GUIDE_DIST}-{build.project_version()}-py3-none-any.whl"):
+        name = f"{common.PYO}/{entry['file_name']}"
+        if name in ref and not name.endswith(f"{common.GUIDE_DIST}-{wheels.project_version()}-py3-none-any.whl"):
             assert ref[name][1] == entry["sha256"], name
 
 
@@ -192,14 +192,14 @@ def site_with(folder: Path, text: str) -> Path:
     """A one-page site with a manifest."""
     folder.mkdir(parents=True)
     (folder / "index.html").write_text(text)
-    build.write_manifest(folder)
+    output.write_manifest(folder)
     return folder
 
 
 def test_swap_exchanges_the_folders(tmp_path):
     out = site_with(tmp_path / "site", "old")
     staging = site_with(tmp_path / "site.tmp-1-ab", "new")
-    build.swap_into_place(staging, out)
+    output.swap_into_place(staging, out)
     assert (out / "index.html").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
 
@@ -207,22 +207,22 @@ def test_swap_exchanges_the_folders(tmp_path):
 @pytest.mark.parametrize("can_exchange", [True, False])
 def test_a_failed_swap_leaves_the_old_site(tmp_path, monkeypatch, can_exchange):
     if not can_exchange:
-        monkeypatch.setattr(build, "exchange", lambda a, b: False)
+        monkeypatch.setattr(output, "exchange", lambda a, b: False)
     out = site_with(tmp_path / "site", "old")
     with pytest.raises(OSError):
-        build.swap_into_place(tmp_path / "site.tmp-1-gone", out)
+        output.swap_into_place(tmp_path / "site.tmp-1-gone", out)
     assert (out / "index.html").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
 
 
 def test_swap_by_renames_survives_a_leftover_old_folder_it_cannot_delete(tmp_path, monkeypatch, capsys):
     """Item 5: a `site.old` that cannot be deleted used to fail every later build."""
-    monkeypatch.setattr(build, "exchange", lambda a, b: False)
-    monkeypatch.setattr(build.shutil, "rmtree", lambda *a, **k: None)     # nothing can be deleted
+    monkeypatch.setattr(output, "exchange", lambda a, b: False)
+    monkeypatch.setattr(output.shutil, "rmtree", lambda *a, **k: None)     # nothing can be deleted
     out = site_with(tmp_path / "site", "v0")
     site_with(tmp_path / "site.old", "stuck")
     for v in ("v1", "v2"):
-        build.swap_into_place(site_with(build.sibling(out, "tmp"), v), out)
+        output.swap_into_place(site_with(output.sibling(out, "tmp"), v), out)
         assert (out / "index.html").read_text() == v
     assert "could not delete" in capsys.readouterr().out
 
@@ -230,13 +230,13 @@ def test_swap_by_renames_survives_a_leftover_old_folder_it_cannot_delete(tmp_pat
 SWAP_SCRIPT = """
 import shutil, sys
 from pathlib import Path
-import build
+from builder import output
 out = Path(sys.argv[1])
-staging = build.sibling(out, "tmp")           # named for this process, as a build names it
+staging = output.sibling(out, "tmp")           # named for this process, as a build names it
 shutil.copytree(sys.argv[2], staging)
 try:
-    with build.signals_interrupt():
-        build.swap_into_place(staging, out)
+    with output.signals_interrupt():
+        output.swap_into_place(staging, out)
 except KeyboardInterrupt as e:
     print("interrupted", e)
     sys.exit(3)
@@ -253,7 +253,7 @@ def test_a_signal_between_the_renames_waits_until_the_swap_is_done(tmp_path, sig
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, r.stdout + r.stderr       # the signal arrived ...
     assert (out / "index.html").read_text() == "new"      # ... after the new site was in place
-    assert build.verify_site(out) == []
+    assert output.verify_site(out) == []
 
 
 @pytest.mark.parametrize("staging_complete", [True, False])
@@ -267,7 +267,7 @@ def test_a_build_killed_between_the_renames_is_recovered_on_the_next_start(tmp_p
     (staging,) = tmp_path.glob("site.tmp-*")
     if not staging_complete:
         (staging / "index.html").write_text("half")        # its manifest no longer matches
-    build.recover(out)
+    output.recover(out)
     assert (out / "index.html").read_text() == ("new" if staging_complete else "old")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site", "src"]
 
@@ -277,7 +277,7 @@ def test_recover_removes_only_dead_builds_folders(tmp_path):
     dead = dead_pid()
     stale = [site_with(tmp_path / f"site.tmp-{dead}-ab", "x"), site_with(tmp_path / f"site.old-{dead}-cd", "y")]
     running = site_with(tmp_path / f"site.tmp-{os.getppid()}-ef", "a build still running")
-    build.recover(out)
+    output.recover(out)
     assert not any(p.exists() for p in stale)
     assert running.exists() and (out / "index.html").read_text() == "current"
 
@@ -319,7 +319,7 @@ def test_a_signal_while_vendoring_and_a_kill_are_both_cleaned_up(tmp_path):
     rc, log = finish(build_cmd(out, "--chapters", "0"))
     assert rc == 0, log[-2000:]
     assert "(left by an interrupted build)" in log
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"] and build.verify_site(out) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"] and output.verify_site(out) == []
 
 
 def test_two_builds_at_once_with_an_empty_processed_cache(tmp_path):
@@ -334,9 +334,10 @@ def test_two_builds_at_once_with_an_empty_processed_cache(tmp_path):
 
 def test_the_cache_lock_excludes_a_second_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, time, build
+        import sys, time
         from pathlib import Path
-        with build.locked(Path({str(tmp_path)!r}), "x"):
+        from builder import common
+        with common.locked(Path({str(tmp_path)!r}), "x"):
             print("held", flush=True)
             time.sleep(60)
         """)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -353,14 +354,14 @@ def test_the_cache_lock_excludes_a_second_holder(tmp_path):
 
 
 def test_downloads_land_whole_or_not_at_all(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "log", lambda *a: None)
+    monkeypatch.setattr(common, "log", lambda *a: None)
     writer = "import sys, pathlib; pathlib.Path(sys.argv[1], 'pkg.whl').write_bytes(b'whole'); sys.exit(int(sys.argv[2]))"
     (tmp_path / ".download-stale").mkdir()                 # left by a killed build
-    build.download(tmp_path, sys.executable, "-c", writer, "{dir}", "0")
+    common.download(tmp_path, sys.executable, "-c", writer, "{dir}", "0")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pkg.whl"]
     (tmp_path / "pkg.whl").unlink()
-    with pytest.raises(build.BuildError, match="command failed"):
-        build.download(tmp_path, sys.executable, "-c", writer.replace("whole", "half"), "{dir}", "1")
+    with pytest.raises(common.BuildError, match="command failed"):
+        common.download(tmp_path, sys.executable, "-c", writer.replace("whole", "half"), "{dir}", "1")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -371,12 +372,12 @@ def test_cache_files_are_written_under_unique_names(tmp_path):
     def spy(src, dst):
         names.add(Path(src).name)
         real_replace(src, dst)
-    build.os.replace = spy
+    os.replace = spy
     try:
         for _ in range(3):
-            build.write_atomic(tmp_path / "w.whl", lambda t: t.write_bytes(b"x"))
+            common.write_atomic(tmp_path / "w.whl", lambda t: t.write_bytes(b"x"))
     finally:
-        build.os.replace = real_replace
+        os.replace = real_replace
     assert len(names) == 3 and all(n.startswith(".w.whl.") and n.endswith(".tmp") for n in names)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.whl"]
 
@@ -394,60 +395,117 @@ def chapter_file(folder: Path, name: str, front: str, body: str = "Text.\n") -> 
 @pytest.mark.parametrize("slug", ["../escaped", "a/b", "Upper", "", "x.html", 3])
 def test_a_slug_that_is_not_a_plain_name_is_refused(tmp_path, slug):
     p = chapter_file(tmp_path, "01-x.md", f'number = 1\ntitle = "X"\nsummary = "S"\nslug = {json.dumps(slug)}')
-    with pytest.raises(build.BuildError, match=f"{p}: slug .* must be lower-case letters, digits and hyphens"):
-        build.read_chapter(p)
+    with pytest.raises(common.BuildError, match=f"{p}: slug .* must be lower-case letters, digits and hyphens"):
+        pages.read_chapter(p)
 
 
 def test_duplicate_slugs_and_numbers_are_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "SITE_SRC", tmp_path)
+    monkeypatch.setattr(common, "SITE_SRC", tmp_path)
     chapter_file(tmp_path / "chapters", "01-a.md", 'number = 1\ntitle = "A"\nsummary = "S"\nslug = "same"')
     chapter_file(tmp_path / "chapters", "02-b.md", 'number = 2\ntitle = "B"\nsummary = "S"\nslug = "same"')
-    with pytest.raises(build.BuildError, match="02-b.md: slug 'same' is also the slug of 01-a.md"):
-        build.read_chapters()
+    with pytest.raises(common.BuildError, match="02-b.md: slug 'same' is also the slug of 01-a.md"):
+        pages.read_chapters()
     chapter_file(tmp_path / "chapters", "02-b.md", 'number = 1\ntitle = "B"\nsummary = "S"\nslug = "other"')
-    with pytest.raises(build.BuildError, match="02-b.md: number 1 is also the number of 01-a.md"):
-        build.read_chapters()
+    with pytest.raises(common.BuildError, match="02-b.md: number 1 is also the number of 01-a.md"):
+        pages.read_chapters()
 
 
 @pytest.fixture(scope="module")
 def env():
     import jinja2
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(build.SITE_SRC / "templates"),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(common.SITE_SRC / "templates"),
                               undefined=jinja2.StrictUndefined, autoescape=False)
 
 
-def common(figure_ids=("ch03-roofline",)):
-    fig = build.Prerendered("ch03-roofline", "Roofline", "<svg></svg>", "{}", 300)
-    return {"FIGURES": {f: fig for f in figure_ids}, "REFERENCES": {}, "sim": build.sim_namespace()}
+def shared(figure_ids=("ch03-roofline",)):
+    fig = prerender.Prerendered("ch03-roofline", "Roofline", "<svg></svg>", "{}", 300)
+    return {"FIGURES": {f: fig for f in figure_ids}, "REFERENCES": {}, "sim": pages.sim_namespace()}
 
 
-@pytest.mark.parametrize("call", ["figure('ch03-roofline')", 'figure("ch03-roofline")', "figure(id='ch03-roofline')"])
-def test_the_figures_a_page_places_are_read_from_its_html(tmp_path, env, call):
+FRONT = 'number = 4\ntitle = "X"\nsummary = "S"\nslug = "x"'
+
+
+@pytest.mark.parametrize("call", ["figure('ch03-roofline')", 'figure("ch03-roofline")', "figure(id='ch03-roofline')",
+                                  "figure('ch03-roofline', 'A caption.')"])
+def test_a_chapters_figures_are_its_figure_calls(tmp_path, env, call):
     """Item 7: a figure placed with single quotes used to be left out of the page's list."""
-    p = chapter_file(tmp_path, "04-x.md", 'number = 4\ntitle = "X"\nsummary = "S"\nslug = "x"', "Text.\n\n{{ " + call + " }}\n")
-    c = build.read_chapter(p)
-    with pytest.raises(build.BuildError, match=r"front matter lists figures \[\] but the text places \['ch03-roofline'\]"):
-        build.render_body(env, c, common())
-    c.figures = ["ch03-roofline"]
-    assert 'data-figure="ch03-roofline"' in build.render_body(env, c, common())
+    p = chapter_file(tmp_path, "04-x.md", FRONT, "Text.\n\n{{ " + call + " }}\n")
+    c = pages.read_chapter(p)
+    assert c.figures == ["ch03-roofline"]
+    assert 'data-figure="ch03-roofline"' in pages.render_body(env, c, shared())
+
+
+def test_figures_are_listed_in_the_order_they_appear(tmp_path, env):
+    body = ('{{ figure("ch04-scheduler") }}\n\n{# figure("ch05-load") is not placed #}\n'
+            '{% call takeaway() %}Text.{% endcall %}\n\n{{ figure("ch03-roofline") }}\n')
+    c = pages.read_chapter(chapter_file(tmp_path, "04-x.md", FRONT, body))
+    assert c.figures == ["ch04-scheduler", "ch03-roofline"]
+    html = pages.render_body(env, c, shared(c.figures))
+    assert html.index('data-figure="ch04-scheduler"') < html.index('data-figure="ch03-roofline"')
+
+
+@pytest.mark.parametrize("body, message", [
+    ('{{ figure("ch03-roofline") }}\n\nText.\n\n{{ figure("ch03-roofline") }}\n',
+     r":11: figure 'ch03-roofline' is placed twice \(also at line 7\); a chapter places each figure once"),
+    ('Text.\n\n{{ figure("ch03-roofline-v2") }}\n',
+     r":9: unknown figure 'ch03-roofline-v2': no module widgets/ch03_roofline_v2.py \(known: ch00-decode-meter, "),
+    ('{% set f = "ch03-roofline" %}{{ figure(f) }}\n',
+     r":7: figure\(\) must name its figure with a literal string"),
+])
+def test_a_figure_placed_twice_or_unknown_is_refused_with_its_line(tmp_path, body, message):
+    p = chapter_file(tmp_path, "04-x.md", FRONT, body)
+    with pytest.raises(common.BuildError, match=f"^{p}{message}"):
+        pages.read_chapter(p)
+
+
+def test_a_figures_line_in_front_matter_is_refused(tmp_path):
+    """Chapters once listed their figures in front matter; the list now comes from the text."""
+    p = chapter_file(tmp_path, "04-x.md", FRONT + '\nfigures = ["ch03-roofline"]', '{{ figure("ch03-roofline") }}\n')
+    with pytest.raises(common.BuildError, match=f"^{p}: front matter lists `figures`; delete that line"):
+        pages.read_chapter(p)
+
+
+def test_a_figure_the_text_places_otherwise_than_its_calls_is_refused(tmp_path, env):
+    """A figure() call in a loop renders twice from one call: the page would load it once."""
+    body = '{% for i in range(2) %}{{ figure("ch03-roofline") }}{% endfor %}\n'
+    c = pages.read_chapter(chapter_file(tmp_path, "04-x.md", FRONT, body))
+    with pytest.raises(common.BuildError, match=r"places figures \['ch03-roofline', 'ch03-roofline'\] but its "
+                                                r"figure\(\) calls are \['ch03-roofline'\]"):
+        pages.render_body(env, c, shared())
+
+
+def test_a_figure_in_two_chapters_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "SITE_SRC", tmp_path)
+    chapter_file(tmp_path / "chapters", "01-a.md", 'number = 1\ntitle = "A"\nsummary = "S"\nslug = "a"',
+                 '{{ figure("ch03-roofline") }}\n')
+    chapter_file(tmp_path / "chapters", "02-b.md", 'number = 2\ntitle = "B"\nsummary = "S"\nslug = "b"',
+                 '{{ figure("ch03-roofline") }}\n')
+    with pytest.raises(common.BuildError, match="02-b.md: figure 'ch03-roofline' is placed by 01-a.md too"):
+        pages.read_chapters()
+
+
+def test_no_chapter_source_lists_its_figures_in_front_matter():
+    for c in pages.read_chapters():
+        assert c.figures, f"{c.source.name} places no figure"
+        assert "\nfigures" not in c.source.read_text().split("+++")[1], c.source.name
 
 
 def test_a_failing_sim_call_names_the_chapter_file_and_line(tmp_path, env):
     body = "Line one.\n\nLine three.\n\n{{ sim.kv.kv_size(sim.kv.KVSizeParams(batch=0)).kv_bytes }}\n"
     p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nsummary = "S"\nslug = "kv"', body)
-    c = build.read_chapter(p)
+    c = pages.read_chapter(p)
     # front matter: lines 1-4 (+++, number, title, slug ... +++); the call is on body line 5
     line = p.read_text().splitlines().index(body.splitlines()[4]) + 1
-    with pytest.raises(build.BuildError) as e:
-        build.render_body(env, c, common())
+    with pytest.raises(common.BuildError) as e:
+        pages.render_body(env, c, shared())
     assert str(e.value) == f"{p}:{line}: ValueError: batch must be >= 1, got 0"
 
 
 def test_a_template_syntax_error_names_the_line(tmp_path, env):
     p = chapter_file(tmp_path, "06-kv.md", 'number = 6\ntitle = "KV"\nsummary = "S"\nslug = "kv"', "A\n\n{{ oops( }}\n")
     line = p.read_text().splitlines().index("{{ oops( }}") + 1
-    with pytest.raises(build.BuildError, match=rf"{p}:{line}: TemplateSyntaxError"):
-        build.render_body(env, build.read_chapter(p), common())
+    with pytest.raises(common.BuildError, match=rf"{p}:{line}: TemplateSyntaxError"):
+        pages.render_body(env, pages.read_chapter(p), shared())
 
 
 # --------------------------------------------------------------------------- 8-10. the server
@@ -459,7 +517,7 @@ def small_site(tmp_path_factory):
     (root / "app.js").write_text("console.log(1);\n" * 1000)
     (root / "app.js.gz").write_bytes(b"\x1f\x8b gz copy")
     (root / "plain.txt").write_text("plain\n")
-    with build.serving(root) as base:
+    with serve.serving(root) as base:
         yield base.split(":")[-1].rstrip("/")
 
 
@@ -485,7 +543,7 @@ def test_an_overlong_path_segment_gets_a_404(small_site, length):
     ("*;q=0", False), ("gzip;q=0, *", False), ("deflate, *;q=0.1", True), ("GZIP", True), ("gzip;q=bad", False),
 ])
 def test_gzip_only_when_accepted(small_site, header, gzip):
-    assert build.accepts_gzip(header) is gzip
+    assert serve.accepts_gzip(header) is gzip
     r = get(small_site, "/app.js", {"Accept-Encoding": header})
     assert r.status == 200
     assert (r.getheader("Content-Encoding") == "gzip") is gzip
@@ -502,8 +560,8 @@ def test_a_port_in_use_is_named(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        with pytest.raises(build.BuildError, match=f"port {port} on 127.0.0.1 is already in use; .*PORT={port + 1}"):
-            with build.serving(tmp_path, port):
+        with pytest.raises(common.BuildError, match=f"port {port} on 127.0.0.1 is already in use; .*PORT={port + 1}"):
+            with serve.serving(tmp_path, port):
                 pass
         r = subprocess.run([sys.executable, str(ROOT / "build.py"), "--serve", "--no-build", "--out", str(tmp_path),
                             "--port", str(port)], cwd=ROOT, capture_output=True, text=True, timeout=60)

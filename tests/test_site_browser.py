@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import build
 import widgets
+from builder.serve import serving
 from tests.browser import STATE_JS, attach, wait_states
 from tests.conftest import built_chapters
 from tests.figures import COLLECT_JS, SET_JS, alternate_value, close, control_patch, cpython_state
@@ -233,7 +233,7 @@ def test_failing_runtime_shows_the_error_state(chromium, site_dir, tmp_path, dam
     else:
         for p in (broken / "vendor/bokeh").glob("bokeh.min.js*"):
             p.unlink()
-    with build.serving(broken) as base:
+    with serving(broken) as base:
         page = chromium.new_page()
         log = attach(page, base)
         page.goto(base + "ch04-batching.html")

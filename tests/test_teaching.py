@@ -9,10 +9,11 @@ import jinja2
 import pytest
 from bokeh.models import Legend
 
-import build
 import widgets
+from builder.common import SITE_SRC
+from builder.pages import read_references, sim_namespace
 
-CHAPTERS = Path(build.SITE_SRC) / "chapters"
+CHAPTERS = Path(SITE_SRC) / "chapters"
 
 
 def legend_colours(view) -> set:
@@ -44,12 +45,12 @@ def test_chapter_asks_the_reader_to_predict_first(number):
 
 
 def test_draft_notes_render_with_computed_numbers():
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(build.SITE_SRC / "templates"),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(SITE_SRC / "templates"),
                              undefined=jinja2.StrictUndefined)
-    refs = build.read_references()
+    refs = read_references()
     for path in sorted((CHAPTERS / "_drafts").glob("*.md")):
         body = env.from_string('{% from "macros.html" import cite with context %}' + path.read_text()).render(
-            REFERENCES=refs, sim=build.sim_namespace())
+            REFERENCES=refs, sim=sim_namespace())
         assert "{{" not in body and "{%" not in body, path.name
     # the chunked-prefill note: chunks cost more than one step, and almost all of it is launches
     assert re.search(r"overhead of\s+(\d+)%", body) and re.search(r"falls to (\d+\.\d+)%", body)

@@ -6,8 +6,10 @@
 // Messages to the page: progress {stage, done, total}, render {docs_json, render_items,
 // roots, errors}, patch {patch, buffers}, idle, error {figure, message} (a callback
 // failed), fatal {message} (the runtime failed).
-// Messages from the page: start {figures}, rendered, patch {patch}.
-import { loadPyodide } from "../vendor/pyodide/pyodide.mjs";
+// Messages from the page: start {figures, runtime}, rendered, patch {patch}.
+// `runtime` is where the build put things (the page carries it; builder/pages.py
+// worker_config): pyodide (folder), module, lock, package (the guide's wheel),
+// panel_cdn_root; its paths are relative to the site's root.
 
 const ROOT = new URL("../", import.meta.url).href;            // the site's root folder
 const post = (msg) => self.postMessage(msg);
@@ -22,27 +24,29 @@ function sendPatch(patch, buffers) {
   post({ type: "patch", patch, buffers });
 }
 
-async function start(figures) {
+async function start(figures, runtime) {
   progress("runtime", 0, 1);
+  const pyodideModule = import(ROOT + runtime.module);
   // The guide's wheel depends on everything the figures import, so one call loads it all.
   // Its wheels are fetched (into the HTTP cache) while Pyodide boots, which is CPU-bound.
-  const wheels = fetch(ROOT + "vendor/pyodide/pyodide-lock.json").then((r) => r.json())
-    .then((lock) => closure(lock.packages, ["llm-inference-guide"]).map((n) => lock.packages[n].file_name));
+  const wheels = fetch(ROOT + runtime.lock).then((r) => r.json())
+    .then((lock) => closure(lock.packages, [runtime.package]).map((n) => lock.packages[n].file_name));
   wheels.then((files) => {
-    for (const file of files) fetch(ROOT + "vendor/pyodide/" + file, { priority: "low" }).catch(() => {});
+    for (const file of files) fetch(ROOT + runtime.pyodide + file, { priority: "low" }).catch(() => {});
   }).catch(() => {});
-  pyodide = await loadPyodide({ indexURL: ROOT + "vendor/pyodide/", fullStdLib: false });
+  const { loadPyodide } = await pyodideModule;
+  pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false });
   const total = (await wheels).length;
   let loaded = 0;
   progress("packages", 0, total);
-  await pyodide.loadPackage(["llm-inference-guide"], {
+  await pyodide.loadPackage([runtime.package], {
     messageCallback: (m) => { if (m.startsWith("Loaded")) progress("packages", (loaded += 1), total); },
     errorCallback: (m) => loadErrors.push(m),
     checkIntegrity: true,
   });
   if (loadErrors.length) throw new Error("could not load the figures' Python packages: " + loadErrors.join("; "));
   progress("figures", 0, figures.length);
-  pyodide.globals.set("PANEL_CDN_ROOT", "vendor/panel/");
+  pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
   pyodide.globals.set("FIGURE_IDS", pyodide.toPy(figures));
   session = await pyodide.runPythonAsync(`
 import os
@@ -74,7 +78,7 @@ self.onmessage = async (event) => {
   const msg = event.data;
   try {
     if (msg.type === "start") {
-      await start(msg.figures);
+      await start(msg.figures, msg.runtime);
     } else if (msg.type === "rendered") {
       session.link(sendPatch);
     } else if (msg.type === "patch") {

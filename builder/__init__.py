@@ -1,0 +1,13 @@
+"""The guide's build, step by step; build.py is the recipe that runs these steps in order.
+
+    common    paths, BuildError, log, hashing, downloads, atomic writes, the cache lock
+    wheels    deterministic wheels, bytecode, the checked cache of processed wheels, the
+              guide's own wheel (sim/ and widgets/ only), the check of every shipped wheel
+    runtime   the offline runtime: Pyodide core, the pinned wheels, BokehJS and Panel's JS
+    posters   each figure built in CPython: its SVG poster and its Bokeh document
+    pages     chapters (front matter, figure() calls, macros), figure pages, index, references
+    output    gzip copies, MANIFEST.json, the atomic swap into place, recovery, signals
+    serve     the local server (gzip-aware)
+
+Everything here runs at build time on CPython; none of it ships to the browser.
+"""

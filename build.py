@@ -4,23 +4,23 @@
     python build.py            build into _site/
     python build.py --serve    build, then serve _site/ on http://127.0.0.1:8000/
 
-The recipe, in the order `main()` runs it:
+The recipe, in the order `build_into` runs it (each step's module in brackets):
 
 1. vendor_runtime       Pyodide 0.27.7 core, the wasm/pure wheels the figures import (each
-   (builder.runtime)    checked by sha256), BokehJS and Panel's JS out of the same wheels,
+   [builder.runtime]    checked by sha256), BokehJS and Panel's JS out of the same wheels,
                         all .py precompiled for CPython 3.12;
 2. build_guide_wheel    the guide's own code (sim/, widgets/: pyproject.toml [tool.guide])
-   (builder.wheels)     as a wheel for the browser, and the merged pyodide-lock.json; then
+   [builder.wheels]     as a wheel for the browser, and the merged pyodide-lock.json; then
                         every wheel about to ship must unzip and match the lock;
 3. prerender_figures    every figure the chapters place (their figure() calls) built in
-   (builder.prerender)  CPython: its Bokeh document embedded in the page and an SVG poster
+   [builder.prerender]  CPython: its Bokeh document embedded in the page and an SVG poster
                         of its default state (builder.posters) painted at once;
 4. render_pages         chapters, standalone figure pages, index and references (jinja2);
-   (builder.pages)      the pages carry what the browser's worker needs to find the runtime;
+   [builder.pages]      the pages carry what the browser's worker needs to find the runtime;
 5. write_manifest       gzip copies, then sha256 and size of every output file;
-   (builder.output)
+   [builder.output]
 6. swap_into_place      the finished build replaces _site/ atomically.
-   (builder.output)
+   [builder.output]
 
 The build is atomic (it writes into a temporary folder next to _site/ and swaps it in
 only when everything succeeded; Ctrl-C, SIGTERM or SIGHUP leave the previous site, and a
@@ -41,8 +41,8 @@ from pathlib import Path
 
 from builder import common
 from builder.common import OUT, BuildError, locked, log
-from builder.output import fault_point, precompress, recover, sibling, signals_interrupt, swap_into_place, \
-    verify_site, write_manifest
+from builder.output import (fault_point, precompress, recover, sibling, signals_interrupt, swap_into_place,
+                            verify_site, write_manifest)
 from builder.pages import read_chapters, read_references, render_pages, select_chapters, table_of_contents
 from builder.prerender import prerender_figures
 from builder.runtime import vendor_runtime

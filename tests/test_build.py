@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import common, output, pages, runtime
+from builder import common, output, pages, runtime, wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -223,3 +223,53 @@ def test_chapter_zero_contents_table_is_generated(site_dir):
     for c in pages.read_chapters()[1:]:
         assert f'<a href="{c.file}">{c.number}. {c.title}</a>' in html
     assert "(in preparation)" in html
+
+
+def test_the_browser_wheel_ships_only_the_browser_packages(site_dir):
+    """The guide's wheel holds sim/ and widgets/ (pyproject.toml [tool.guide]) and nothing
+    that runs only at build time: no builder/ (the poster painter lives there now)."""
+    assert wheels.browser_packages() == ["sim", "widgets"]
+    lock = json.loads((site_dir / common.PYO / common.LOCK_FILE).read_text())
+    entry = lock["packages"][common.GUIDE_PACKAGE]
+    with zipfile.ZipFile(site_dir / common.PYO / entry["file_name"]) as z:
+        names = z.namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"sim", "widgets"} and entry["imports"] == ["sim", "widgets"]
+    assert not [n for n in names if "poster" in n or n.startswith("builder")]
+    assert "widgets/runtime.py" in names and "widgets/base.py" in names
+    assert (ROOT / "builder/posters.py").is_file() and not (ROOT / "widgets/poster.py").exists()
+
+
+def page_runtime_config(html: str) -> dict:
+    import re
+    m = re.search(r"runtime: (\{.*?\}) \};", html)
+    assert m, "the page carries no runtime config for its worker"
+    return json.loads(m.group(1))
+
+
+def test_pages_tell_the_worker_where_the_runtime_is(site_dir):
+    """Every page with figures carries the build's layout for static/worker.js, and each
+    path in it is a file or folder of the built site."""
+    want = pages.worker_config()
+    for c in pages.read_chapters():
+        for name in [c.file, *(f"figure-{f}.html" for f in c.figures)]:
+            assert page_runtime_config((site_dir / name).read_text()) == want, name
+    assert 'runtime: ' not in (site_dir / "index.html").read_text()      # no figures, no worker
+    assert (site_dir / want["module"]).is_file() and (site_dir / want["lock"]).is_file()
+    assert (site_dir / want["pyodide"] / "pyodide.asm.wasm").is_file()
+    assert (site_dir / want["panel_cdn_root"]).is_dir()
+    lock = json.loads((site_dir / want["lock"]).read_text())
+    assert want["package"] in lock["packages"]
+
+
+def test_the_static_js_has_no_copy_of_what_the_build_writes_into_the_page():
+    """worker.js and guide.js read the runtime's paths and the package name from the page."""
+    values = set(pages.worker_config().values())
+    values |= {common.VENDOR + "/", common.LOCK_FILE, common.GUIDE_PACKAGE, common.GUIDE_DIST,
+               common.PANEL_CDN_ROOT.rstrip("/")}
+    for js in ("worker.js", "guide.js"):
+        text = (common.SITE_SRC / "static" / js).read_text()
+        assert [v for v in sorted(values) if v in text] == [], js
+    worker = (common.SITE_SRC / "static/worker.js").read_text()
+    for key in pages.worker_config():
+        assert f"runtime.{key}" in worker, key

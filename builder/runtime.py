@@ -18,7 +18,7 @@ from pathlib import Path
 from builder import common
 from builder.common import (LOCK_FILE, PANEL_CDN_ROOT, PYO, SITE_SRC, VENDOR, BuildError, canonical, check_hash,
                             download, log, sha256_bytes)
-from builder.wheels import compile_sources, processed_wheel, read_wheel, read_wheel_bytes, wheel_metadata
+from builder.wheels import PURE_WHEEL, compile_sources, processed_wheel, read_wheel, read_wheel_bytes, wheel_metadata
 
 BROWSER_PINS = SITE_SRC / "runtime" / "requirements-browser.txt"   # the pure wheels, hash-pinned
 
@@ -181,8 +181,7 @@ def pure_wheel_from_sdist(name: str) -> tuple[str, dict[str, bytes]]:
     meta = email.parser.Parser().parsestr(pkg_info.decode())
     dist = f"{meta['Name'].replace('-', '_')}-{version}.dist-info"
     files[f"{dist}/METADATA"] = pkg_info
-    files[f"{dist}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: llm-inference-guide build.py\n"
-                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    files[f"{dist}/WHEEL"] = PURE_WHEEL
     files[f"{dist}/RECORD"] = b""
     return f"{meta['Name'].replace('-', '_')}-{version}-py3-none-any.whl", files
 

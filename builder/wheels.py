@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from builder.runtime import Runtime
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)                    # fixed timestamps: reproducible archives
+# the .dist-info/WHEEL of the wheels the build packs itself (the guide's, those from sdists)
+PURE_WHEEL = b"Wheel-Version: 1.0\nGenerator: llm-inference-guide build.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 
 
 def write_zip(dst, files: dict[str, bytes]) -> None:
@@ -173,7 +175,6 @@ def processed_wheel(key: str, make) -> tuple[str, bytes]:
     return fname, data
 
 
-
 def check_shipped_wheels(out: Path) -> None:
     """Every wheel in the merged lock is there, has the lock's sha256 and unzips (CRCs)."""
     pyo = out / PYO
@@ -204,7 +205,8 @@ def browser_packages() -> list[str]:
 
 
 def build_guide_wheel(out: Path, runtime: Runtime) -> None:
-    """Step 2: the browser packages (sim/, widgets/) as one wheel the page loads (sources kept for tracebacks)."""
+    """Step 2: the browser packages (sim/, widgets/) as one wheel the page loads (sources
+    kept for tracebacks), and the merged lock: the runtime's entries and this wheel's."""
     version = project_version()
     files: dict[str, bytes] = {}
     packages = browser_packages()
@@ -215,8 +217,7 @@ def build_guide_wheel(out: Path, runtime: Runtime) -> None:
     dist = f"{GUIDE_DIST}-{version}.dist-info"
     files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: {GUIDE_PACKAGE}\nVersion: {version}\n"
                                  f"Requires-Dist: numpy\nRequires-Dist: panel\nRequires-Dist: bokeh\n").encode()
-    files[f"{dist}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: llm-inference-guide build.py\n"
-                              b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    files[f"{dist}/WHEEL"] = PURE_WHEEL
     files[f"{dist}/top_level.txt"] = "".join(f"{p}\n" for p in packages).encode()
     files[f"{dist}/RECORD"] = b""
     fname = f"{GUIDE_DIST}-{version}-py3-none-any.whl"

@@ -4,7 +4,8 @@
     wheels    deterministic wheels, bytecode, the checked cache of processed wheels, the
               guide's own wheel (sim/ and widgets/ only), the check of every shipped wheel
     runtime   the offline runtime: Pyodide core, the pinned wheels, BokehJS and Panel's JS
-    posters   each figure built in CPython: its SVG poster and its Bokeh document
+    prerender each figure built in CPython: its Bokeh document and its poster
+    posters   the SVG poster of a figure's default state, painted with the page's HTML
     pages     chapters (front matter, figure() calls, macros), figure pages, index, references
     output    gzip copies, MANIFEST.json, the atomic swap into place, recovery, signals
     serve     the local server (gzip-aware)

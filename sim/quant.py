@@ -33,6 +33,9 @@ import numpy as np
 
 from sim.checks import (check_choice, check_int, check_non_negative, check_number, check_positive, check_range,
                         checked_params)
+from sim.hardware import resolve as resolve_gpu
+from sim.models import resolve as resolve_model
+from sim.roofline import Precision, decode_step
 
 
 @dataclass(frozen=True)
@@ -482,7 +485,6 @@ def deployment_precision(scheme: Optional[QuantScheme], gpu, mode: str = "weight
     """
     check_choice("mode", mode, MODES, "modes")
     check_choice("kv_dtype", kv_dtype, KV_DTYPES, "KV dtypes")
-    from sim.roofline import Precision
     if scheme is None:
         return Precision(kv_dtype=kv_dtype), "bf16", 16.0
     bpw = bits_per_weight(scheme, None, hidden_size)
@@ -570,10 +572,6 @@ def quantize_demo(params: QuantDemoParams = QuantDemoParams()) -> QuantDemoResul
     >>> a.zero_share > b.zero_share and a.sqnr_db < b.sqnr_db
     True
     """
-    from sim.hardware import resolve as resolve_gpu
-    from sim.models import resolve as resolve_model
-    from sim.roofline import decode_step
-
     p = params
     w, cols = demo_weights(p)
     scheme = QuantScheme(p.fmt, p.granularity, p.group_size, p.symmetric)

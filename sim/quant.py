@@ -4,7 +4,16 @@ Integer formats map each value to round(x / scale) (+ a zero point when asymmetr
 a b-bit grid; float formats (fp8 e4m3 / e5m2, fp4 e2m1) round x / scale to the nearest
 value the format can represent, ties to even, saturating at the largest finite value.
 NVFP4 (R20) stores e2m1 values with one e4m3 scale per 16 values and one fp32 scale per
-tensor: 4 + 8/16 = 4.5 bits per weight.
+tensor: 4 + 8/16 = 4.5 bits per weight. MXFP4 (OCP MX specification) stores e2m1 values
+with one e8m0 scale (a bare power of two) per 32 values: 4 + 8/32 = 4.25 bits per weight.
+
+The roundings follow the format definitions bit for bit (tests/test_sim_quant.py checks
+them against ml_dtypes over every representable value and every midpoint): round to
+nearest, ties to even; e4m3fn has no infinity (max 448, overflow is NaN), e5m2 has
+infinities (max 57,344), e2m1 has neither (max 6, overflow saturates), e8m0 is an
+unsigned power of two from 2^-127 to 2^127 with no zero. Quantization saturates: a value
+beyond the largest finite one becomes that value, as the conversion instructions with
+saturation do.
 
 Weights are 2-D (output channels, input features); "channel" scales are per output row,
 "group" scales cover `group_size` consecutive input features of one row.
@@ -22,7 +31,11 @@ from typing import Optional
 
 import numpy as np
 
-from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range, checked_params
+from sim.checks import (check_choice, check_int, check_non_negative, check_number, check_positive, check_range,
+                        checked_params)
+from sim.hardware import resolve as resolve_gpu
+from sim.models import resolve as resolve_model
+from sim.roofline import Precision, decode_step
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,7 @@ class FloatFormat:
     mantissa_bits: int
     bias: int
     max_value: float           # largest finite value (saturation point)
+    overflow: str              # what a non-saturating conversion gives past max + half a step: "inf" | "nan" | "max"
     source: str
 
     @property
@@ -48,28 +62,40 @@ class FloatFormat:
 FLOAT_FORMATS: dict = {
     # OCP 8-bit Floating Point Specification (OFP8) / NVIDIA Hopper fp8: E4M3 has no infinities,
     # max 448; E5M2 is IEEE-like with max finite 57,344.
-    "fp8_e4m3": FloatFormat("fp8_e4m3", 4, 3, 7, 448.0, "OCP OFP8 specification: E4M3, max 448"),
-    "fp8_e5m2": FloatFormat("fp8_e5m2", 5, 2, 15, 57344.0, "OCP OFP8 specification: E5M2, max 57,344"),
-    # OCP Microscaling (MX) specification: FP4 E2M1, values 0, 0.5, 1, 1.5, 2, 3, 4, 6
-    "fp4_e2m1": FloatFormat("fp4_e2m1", 2, 1, 1, 6.0, "OCP MX specification: E2M1, max 6; R20"),
+    "fp8_e4m3": FloatFormat("fp8_e4m3", 4, 3, 7, 448.0, "nan", "OCP OFP8 specification: E4M3, max 448, no inf"),
+    "fp8_e5m2": FloatFormat("fp8_e5m2", 5, 2, 15, 57344.0, "inf", "OCP OFP8 specification: E5M2, max 57,344"),
+    # OCP Microscaling (MX) specification: FP4 E2M1, values 0, 0.5, 1, 1.5, 2, 3, 4, 6; no inf or NaN codes
+    "fp4_e2m1": FloatFormat("fp4_e2m1", 2, 1, 1, 6.0, "max", "OCP MX specification: E2M1, max 6; R20"),
 }
+E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT = -127, 127   # OCP MX: e8m0 scales 2^-127 .. 2^127 (0xFF is NaN)
+MX_BLOCK = 32                     # OCP MX: one e8m0 scale per 32 values
+E2M1_EMAX = 2                     # exponent of e2m1's largest power of two (4 = 2^2)
 INT_FORMATS = tuple(f"int{b}" for b in range(2, 9))
 NVFP4_BLOCK = 16                  # R20: one e4m3 scale per 16 values
-FORMATS = INT_FORMATS + tuple(FLOAT_FORMATS) + ("nvfp4",)
+FORMATS = INT_FORMATS + tuple(FLOAT_FORMATS) + ("nvfp4", "mxfp4")
+BLOCK_FORMATS = {"nvfp4": NVFP4_BLOCK, "mxfp4": MX_BLOCK}   # formats whose scale blocks are fixed
 GRANULARITIES = ("tensor", "channel", "group")
 
 
-def round_to_format(x, fmt: str) -> np.ndarray:
-    """Nearest value of float format `fmt` for each element of `x` (ties to even, saturating).
+def round_to_format(x, fmt: str, saturate: bool = True) -> np.ndarray:
+    """Nearest value of float format `fmt` for each element of `x` (ties to even).
 
-    Formats: "fp8_e4m3", "fp8_e5m2", "fp4_e2m1". Values beyond the largest finite value
-    clamp to it (with their sign); NaN stays NaN. The exponent is floor(log2 |x|) clamped
-    below at the smallest normal exponent, which makes the subnormals come out right;
-    the spacing in that binade is 2^(exponent - mantissa_bits) and x / spacing is exact,
-    so numpy's round-half-to-even gives the format's rounding.
+    Formats: "fp8_e4m3", "fp8_e5m2", "fp4_e2m1". With `saturate` (what quantization
+    does) values beyond the largest finite value clamp to it, with their sign; without
+    it they overflow as the format defines: e5m2 to +-inf, e4m3fn to NaN (it has no
+    infinity), e2m1 still to +-6 (it has neither). A value overflows when it rounds past
+    the largest finite value, i.e. from max + half a step on (a tie there goes to the even
+    neighbour: 464 stays 448 in e4m3, 61,440 becomes inf in e5m2). NaN stays NaN.
+
+    The exponent is floor(log2 |x|) clamped below at the smallest normal exponent, which
+    makes the subnormals come out right; the spacing in that binade is
+    2^(exponent - mantissa_bits) and x / spacing is exact, so numpy's round-half-to-even
+    gives the format's rounding.
 
     >>> round_to_format([0.25, 0.75, 1.25], "fp4_e2m1").tolist()    # ties go to the even mantissa
     [0.0, 1.0, 1.0]
+    >>> round_to_format([464.0, 465.0], "fp8_e4m3", saturate=False).tolist()
+    [448.0, nan]
     """
     f = FLOAT_FORMATS.get(fmt)
     if f is None:
@@ -81,8 +107,50 @@ def round_to_format(x, fmt: str) -> np.ndarray:
         exp = np.maximum(e - 1, f.min_normal_exponent)  # floor(log2 a), clamped to the subnormal range
         spacing = np.ldexp(1.0, exp - f.mantissa_bits)
         q = np.rint(a / spacing) * spacing
+        over = q > f.max_value
         q = np.minimum(q, f.max_value)
+        if not saturate and f.overflow != "max":
+            q = np.where(over, np.inf if f.overflow == "inf" else np.nan, q)
     return np.copysign(q, v)
+
+
+def round_to_e8m0(x) -> np.ndarray:
+    """Nearest power of two in e8m0's range 2^-127 .. 2^127 (the MX scale format), as float64.
+
+    e8m0 is 8 exponent bits and nothing else: no sign, no zero, no mantissa. Rounding is
+    to the nearest value with ties (1.5 x 2^k) upward, the rounding of ml_dtypes'
+    float8_e8m0fnu; values below 2^-127 become 2^-127; values that round past 2^127,
+    zero, negatives and NaN have no encoding but NaN. MX quantization itself does not
+    round to e8m0: it floors (`mx_block_scale`).
+
+    >>> round_to_e8m0([3.0, 2.9, 0.75, 0.0]).tolist()
+    [4.0, 2.0, 1.0, nan]
+    """
+    v = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        frac, e = np.frexp(v)                           # v = frac * 2**e, frac in [0.5, 1)
+        k = np.where(frac >= 0.75, e, e - 1)            # 1.5 x 2^(e-1) and above round up to 2^e
+        k = np.maximum(k, E8M0_MIN_EXPONENT)
+        out = np.ldexp(1.0, np.minimum(k, E8M0_MAX_EXPONENT + 1))
+    return np.where((v > 0) & np.isfinite(v) & (k <= E8M0_MAX_EXPONENT), out, np.nan)
+
+
+def mx_block_scale(amax) -> np.ndarray:
+    """OCP MX shared scale of a block whose largest magnitude is `amax`, for e2m1 elements.
+
+    X = 2^(floor(log2 amax) - 2), 2 being the exponent of e2m1's largest power of two
+    (4), clamped to e8m0's range; an all-zero block gets 2^-127. The block's largest
+    value then lands in [4, 8) before rounding, so values above 6 X saturate to 6 X:
+    the known clipping of MXFP4.
+
+    >>> mx_block_scale([6.0, 7.9, 8.0, 0.1]).tolist()
+    [1.0, 1.0, 2.0, 0.015625]
+    """
+    a = np.asarray(amax, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        _, e = np.frexp(a)
+    k = np.clip(e - 1 - E2M1_EMAX, E8M0_MIN_EXPONENT, E8M0_MAX_EXPONENT)
+    return np.where(a > 0, np.ldexp(1.0, k), 2.0 ** E8M0_MIN_EXPONENT)
 
 
 def representable_values(fmt: str) -> np.ndarray:
@@ -115,11 +183,11 @@ def representable_values(fmt: str) -> np.ndarray:
 class QuantScheme:
     """How a tensor is quantized."""
 
-    fmt: str = "int4"               # "int2".."int8", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1", "nvfp4"
-    granularity: str = "group"      # "tensor" | "channel" | "group" (nvfp4: always groups of 16)
+    fmt: str = "int4"               # "int2".."int8", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1", "nvfp4", "mxfp4"
+    granularity: str = "group"      # "tensor" | "channel" | "group" (nvfp4: blocks of 16, mxfp4: of 32)
     group_size: int = 128           # input features per scale when granularity == "group"
     symmetric: bool = True          # integer formats: no zero point (grid symmetric around 0)
-    scale_bits: int = 16            # storage of each scale (fp16); nvfp4 uses e4m3 + one fp32
+    scale_bits: int = 16            # storage of each scale (fp16); nvfp4 uses e4m3 + one fp32, mxfp4 e8m0
 
     def __post_init__(self) -> None:
         check_choice("format", self.fmt, FORMATS)
@@ -132,7 +200,7 @@ class QuantScheme:
         """Bits of one stored value (before scales)."""
         if self.fmt.startswith("int"):
             return int(self.fmt[3:])
-        if self.fmt == "nvfp4":
+        if self.fmt in BLOCK_FORMATS:
             return 4
         return FLOAT_FORMATS[self.fmt].bits
 
@@ -142,10 +210,10 @@ def bits_per_weight(scheme: QuantScheme, rows: Optional[int] = None, cols: Optio
 
     Per-group overhead = (scale bits + zero-point bits) / elements per scale. Without a
     shape, per-tensor scales are treated as amortised (zero) and per-channel ones need
-    `cols`. NVFP4: 4 + 8 / 16 + 32 / (rows x cols) -> 4.5 (R20).
+    `cols`. NVFP4: 4 + 8 / 16 + 32 / (rows x cols) -> 4.5 (R20); MXFP4: 4 + 8 / 32.
 
-    >>> bits_per_weight(QuantScheme("nvfp4"))
-    4.5
+    >>> bits_per_weight(QuantScheme("nvfp4")), bits_per_weight(QuantScheme("mxfp4"))
+    (4.5, 4.25)
     >>> bits_per_weight(QuantScheme("int4", "group", 128))
     4.125
     """
@@ -153,6 +221,8 @@ def bits_per_weight(scheme: QuantScheme, rows: Optional[int] = None, cols: Optio
     if scheme.fmt == "nvfp4":
         tensor = 32.0 / (rows * cols) if rows and cols else 0.0
         return b + 8.0 / NVFP4_BLOCK + tensor
+    if scheme.fmt == "mxfp4":
+        return b + 8.0 / MX_BLOCK
     per_scale = scheme.scale_bits + (b if scheme.fmt.startswith("int") and not scheme.symmetric else 0)
     if scheme.granularity == "group":
         return b + per_scale / scheme.group_size
@@ -178,7 +248,7 @@ class QuantizedTensor:
 
 def _grouped(x: np.ndarray, scheme: QuantScheme, group: int) -> np.ndarray:
     rows, cols = x.shape
-    if scheme.granularity == "tensor" and scheme.fmt != "nvfp4":
+    if scheme.granularity == "tensor" and scheme.fmt not in BLOCK_FORMATS:
         return x.reshape(1, 1, rows * cols)
     if cols % group:
         raise ValueError(f"input features ({cols}) must be a multiple of the group size ({group})")
@@ -192,7 +262,9 @@ def quantize(x, scheme: QuantScheme = QuantScheme()) -> QuantizedTensor:
     - asymmetric int b: range [min(x, 0), max(x, 0)] mapped to codes 0 .. 2^b - 1 with a zero point;
     - float formats: scale = amax / format max, code = round_to_format(x / scale);
     - nvfp4: tensor scale = amax / (448 x 6); per 16 values an e4m3-rounded block scale
-      amax_block / 6 / tensor scale; codes are e2m1 (R20).
+      amax_block / 6 / tensor scale; codes are e2m1 (R20);
+    - mxfp4: per 32 values an e8m0 scale 2^(floor(log2 amax_block) - 2); codes are e2m1,
+      saturating at 6 (OCP MX).
 
     >>> q = quantize(np.linspace(-1, 1, 256).reshape(2, 128), QuantScheme("int8", "channel"))
     >>> float(np.abs(q.values - np.linspace(-1, 1, 256).reshape(2, 128)).max()) <= 0.5 / 127
@@ -207,7 +279,7 @@ def quantize(x, scheme: QuantScheme = QuantScheme()) -> QuantizedTensor:
         raise ValueError("quantize expects finite values")
     rows, cols = arr.shape
     s = scheme
-    group = NVFP4_BLOCK if s.fmt == "nvfp4" else (cols if s.granularity == "channel" else s.group_size)
+    group = BLOCK_FORMATS.get(s.fmt) or (cols if s.granularity == "channel" else s.group_size)
     g = _grouped(arr, s, group)
     amax = np.abs(g).max(axis=2, keepdims=True)
     zero = None
@@ -237,6 +309,10 @@ def quantize(x, scheme: QuantScheme = QuantScheme()) -> QuantizedTensor:
         codes = np.where(eff > 0, round_to_format(g / safe, "fp4_e2m1"), 0.0)
         deq = codes * eff
         scale = block
+    elif s.fmt == "mxfp4":
+        scale = mx_block_scale(amax)
+        codes = round_to_format(g / scale, "fp4_e2m1")
+        deq = codes * scale
     else:
         fmax = FLOAT_FORMATS[s.fmt].max_value
         scale = np.where(amax > 0, amax / fmax, 1.0)
@@ -307,10 +383,10 @@ def inject_outliers(w, fraction: float = 0.01, scale: float = 20.0, seed: int = 
 @checked_params
 @dataclass(frozen=True)
 class QuantDemoParams:
-    """Controls of the quantization figure."""
+    """Controls of the quantization figure: the weight tensor, the format, and the deployment."""
 
     fmt: str = "int4"                # format (the bits slider picks "int8" .. "int2")
-    granularity: str = "group"       # "tensor" | "channel" | "group"
+    granularity: str = "group"       # "tensor" | "channel" | "group" (nvfp4 / mxfp4: fixed blocks)
     group_size: int = 128
     symmetric: bool = True
     outliers: bool = False           # scale ~1% of input channels by outlier_scale
@@ -318,9 +394,20 @@ class QuantDemoParams:
     outlier_scale: float = 20.0
     rows: int = 64                   # output channels of the demo weight matrix
     cols: int = 1024                 # input features
-    std: float = 0.02                # weights ~ N(0, std^2), a typical LLM initialisation scale
+    std: float = 0.02                # standard deviation of the weights (a typical LLM scale; an assumption)
+    distribution: str = "student-t"  # "student-t" (heavy tails) | "gaussian"
+    tail_dof: float = 5.0            # Student-t degrees of freedom (lower: heavier tails; > 2 for a finite std)
     bins: int = 121
     seed: int = 0
+    # what the format implies for decode speed
+    gpu: str = "H100-SXM"
+    model: str = "llama-3.1-8b"
+    mode: str = "weights"            # "weights" (weight-only) | "weights+activations"
+    kv_dtype: str = "bf16"           # "bf16" | "fp8"
+    batch: int = 1
+    context_tokens: int = 4096
+
+    LIMITS = {"tail_dof": (1e6, "degrees of freedom")}
 
     def __post_init__(self) -> None:
         QuantScheme(self.fmt, self.granularity, self.group_size, self.symmetric)
@@ -329,14 +416,101 @@ class QuantDemoParams:
         check_int("rows", self.rows, minimum=1, maximum=8192)
         check_int("cols", self.cols, minimum=1, maximum=65536)
         check_positive("std", self.std)
+        check_choice("distribution", self.distribution, DISTRIBUTIONS, "distributions")
+        check_number("tail_dof", self.tail_dof)
+        if not self.tail_dof > 2:
+            raise ValueError(f"tail_dof must be > 2 (a Student-t with finite variance), got {self.tail_dof!r}")
         check_int("bins", self.bins, minimum=2, maximum=10_000)
         check_int("seed", self.seed, minimum=0)
+        check_choice("mode", self.mode, MODES, "modes")
+        check_choice("kv_dtype", self.kv_dtype, KV_DTYPES, "KV dtypes")
+        check_int("batch", self.batch, minimum=1)
+        check_int("context_tokens", self.context_tokens, minimum=0)
+
+
+DISTRIBUTIONS = ("student-t", "gaussian")
+MODES = ("weights", "weights+activations")
+KV_DTYPES = ("bf16", "fp8")
+
+
+def demo_weights(p: QuantDemoParams) -> tuple:
+    """The seeded demo matrix (rows x cols, standard deviation `std`) and its outlier columns.
+
+    Student-t weights are t(tail_dof) draws times std x sqrt((dof - 2) / dof), which gives
+    them exactly the standard deviation `std` with heavier tails than a Gaussian.
+
+    >>> w, cols = demo_weights(QuantDemoParams(rows=256, cols=4096))
+    >>> round(float(w.std()) / 0.02, 2), len(cols)
+    (1.0, 0)
+    """
+    rng = np.random.default_rng(p.seed)
+    if p.distribution == "gaussian":
+        w = rng.normal(0.0, p.std, (p.rows, p.cols))
+    else:
+        w = rng.standard_t(p.tail_dof, (p.rows, p.cols)) * (p.std * math.sqrt((p.tail_dof - 2) / p.tail_dof))
+    cols = np.zeros(0, dtype=np.int64)
+    if p.outliers:
+        w, cols = inject_outliers(w, p.outlier_fraction, p.outlier_scale, p.seed + 1)
+    return w, cols
+
+
+# --------------------------------------------------------------------------------------------
+# What a format implies for decode speed
+# --------------------------------------------------------------------------------------------
+
+# The tensor-core arithmetic a weights+activations deployment asks for, then what to fall back to
+# when the GPU has no such tensor cores (an fp4 model on Hopper runs its matmuls in fp8).
+_WA_MATH = {"int": ("int8", "bf16"), "fp8": ("fp8", "bf16"), "fp4": ("fp4", "fp8", "bf16")}
+
+
+def _family(fmt: str) -> str:
+    return "int" if fmt.startswith("int") else ("fp8" if fmt.startswith("fp8") else "fp4")
+
+
+def deployment_precision(scheme: Optional[QuantScheme], gpu, mode: str = "weights", kv_dtype: str = "bf16",
+                         hidden_size: int = 4096):
+    """The sim.roofline.Precision a deployment of `scheme` runs as on `gpu`, and the arithmetic it gets.
+
+    The blocks' linear weights are stored at bits_per_weight(scheme) (scales included;
+    per-channel scales over `hidden_size` inputs); the embedding table and output head stay
+    in bf16; activations travel between kernels in bf16. Weight-only ("weights"): the
+    matmuls run in bf16 on dequantized weights. "weights+activations": activations are
+    quantized on entry to each matmul and it runs on the format's own tensor cores (int
+    formats on int8 ones, fp8 on fp8, fp4 formats on fp4), or on the next wider ones the
+    GPU has. `scheme` None is the bf16 baseline. Returns (precision, math dtype, bits per weight).
+
+    >>> from sim.hardware import get
+    >>> deployment_precision(QuantScheme("nvfp4"), get("H100-SXM"), "weights+activations")[1:]
+    ('fp8', 4.5)
+    """
+    check_choice("mode", mode, MODES, "modes")
+    check_choice("kv_dtype", kv_dtype, KV_DTYPES, "KV dtypes")
+    if scheme is None:
+        return Precision(kv_dtype=kv_dtype), "bf16", 16.0
+    bpw = bits_per_weight(scheme, None, hidden_size)
+    math_dtype = "bf16"
+    if mode == "weights+activations":
+        math_dtype = next(d for d in _WA_MATH[_family(scheme.fmt)] if d in gpu.dense_flops)
+    storage = {"int": "int8" if scheme.bits == 8 else "int4", "fp8": "fp8", "fp4": "fp4"}[_family(scheme.fmt)]
+    return (Precision(weight_dtype=storage, act_dtype="bf16", kv_dtype=kv_dtype, compute_dtype=math_dtype,
+                      lm_head_dtype="bf16", weight_bytes_per_elem=bpw / 8), math_dtype, bpw)
+
+
+SPEED_SCHEMES = (
+    ("bf16", None),
+    ("int8, per channel", QuantScheme("int8", "channel")),
+    ("fp8 e4m3, per tensor", QuantScheme("fp8_e4m3", "tensor", scale_bits=32)),
+    ("int4, group 128", QuantScheme("int4", "group", 128)),
+    ("MXFP4", QuantScheme("mxfp4")),
+    ("NVFP4", QuantScheme("nvfp4")),
+)
 
 
 @dataclass(frozen=True)
 class QuantDemoResult:
-    """A weight matrix before and after quantization."""
+    """A weight matrix before and after quantization, and the decode speed the format implies."""
 
+    format_name: str                # e.g. "int4, group 128", "NVFP4 (e2m1, e4m3 scale per 16, fp32 per tensor)"
     hist_edges: np.ndarray          # (bins + 1,) over the original weights' range
     hist_counts: np.ndarray         # (bins,) original weights
     hist_counts_quantized: np.ndarray  # (bins,) dequantized weights
@@ -344,9 +518,21 @@ class QuantDemoResult:
     levels_widest_group: np.ndarray  # ... of the group with the largest scale
     mse: float
     sqnr_db: float
-    zero_share: float
-    bits_per_weight: float
+    zero_share: float               # share of non-zero weights that became exactly 0
+    bits_per_weight: float          # of the demo matrix, scales included
     outlier_columns: np.ndarray     # indices of the scaled input channels (empty without outliers)
+    # decode speed: the chosen format and the reference formats, on the chosen GPU and model
+    speed_names: list               # "bf16", the SPEED_SCHEMES, then "this format"
+    speed_bits_per_weight: np.ndarray  # (n,) stored bits per linear weight, scales included
+    speed_math_dtype: list          # (n,) tensor-core arithmetic of the matmuls
+    speed_step_time_s: np.ndarray   # (n,) one decode step at the chosen batch and context
+    speed_tokens_per_s_per_user: np.ndarray  # (n,)
+    speed_weight_bytes: np.ndarray  # (n,) weight bytes one step reads
+    speed_kv_bytes: np.ndarray      # (n,) KV-cache bytes one step reads and writes
+    speedup_vs_bf16: float          # the chosen format's step against bf16 (same KV dtype)
+    model_name: str
+    gpu_name: str
+    speed_note: str                 # assumptions, fallbacks and the calibration note
 
 
 def _levels(scheme: QuantScheme, scale: float, zero: Optional[float], tensor_scale: float) -> np.ndarray:
@@ -356,14 +542,30 @@ def _levels(scheme: QuantScheme, scale: float, zero: Optional[float], tensor_sca
             q = 2 ** (b - 1) - 1
             return np.arange(-q, q + 1) * scale
         return (np.arange(0, 2 ** b) - zero) * scale
-    base = "fp4_e2m1" if scheme.fmt == "nvfp4" else scheme.fmt
+    base = "fp4_e2m1" if scheme.fmt in BLOCK_FORMATS else scheme.fmt
     pos = representable_values(base)
     grid = np.concatenate([-pos[::-1], pos[1:]])
     return grid * scale * (tensor_scale if scheme.fmt == "nvfp4" else 1.0)
 
 
+def format_name(scheme: QuantScheme) -> str:
+    """A short human name of a scheme: "int4, group 128", "fp8 e4m3, per tensor", "NVFP4".
+
+    >>> format_name(QuantScheme("int3", "channel", symmetric=False))
+    'int3 asymmetric, per channel'
+    """
+    if scheme.fmt in BLOCK_FORMATS:
+        return scheme.fmt.upper()
+    base = scheme.fmt.replace("_", " ")
+    if scheme.fmt.startswith("int") and not scheme.symmetric:
+        base += " asymmetric"
+    where = {"tensor": "per tensor", "channel": "per channel", "group": f"group {scheme.group_size}"}
+    return f"{base}, {where[scheme.granularity]}"
+
+
 def quantize_demo(params: QuantDemoParams = QuantDemoParams()) -> QuantDemoResult:
-    """Quantize a seeded Gaussian weight matrix (optionally with outlier channels) and report the damage.
+    """Quantize a seeded heavy-tailed weight matrix (optionally with outlier channels), report the
+    damage, and the decode speed the format implies on the chosen GPU and model.
 
     >>> a = quantize_demo(QuantDemoParams(fmt="int4", granularity="tensor", outliers=True))
     >>> b = quantize_demo(QuantDemoParams(fmt="int4", granularity="group", outliers=True))
@@ -371,11 +573,7 @@ def quantize_demo(params: QuantDemoParams = QuantDemoParams()) -> QuantDemoResul
     True
     """
     p = params
-    rng = np.random.default_rng(p.seed)
-    w = rng.normal(0.0, p.std, (p.rows, p.cols))
-    cols = np.zeros(0, dtype=np.int64)
-    if p.outliers:
-        w, cols = inject_outliers(w, p.outlier_fraction, p.outlier_scale, p.seed + 1)
+    w, cols = demo_weights(p)
     scheme = QuantScheme(p.fmt, p.granularity, p.group_size, p.symmetric)
     q = quantize(w, scheme)
     err = quant_error(w, q.values)
@@ -384,14 +582,39 @@ def quantize_demo(params: QuantDemoParams = QuantDemoParams()) -> QuantDemoResul
     counts_q, _ = np.histogram(np.clip(q.values, lo, hi), bins=p.bins, range=(lo, hi))
     zp = q.zero_points
     widest = np.unravel_index(int(np.argmax(q.scales)), q.scales.shape)
+
+    m, g = resolve_model(p.model), resolve_gpu(p.gpu)
+    rows = [*SPEED_SCHEMES, ("this format", scheme)]
+    steps, notes = [], []
+    for _, s in rows:
+        prec, math_dtype, bpw = deployment_precision(s, g, p.mode, p.kv_dtype, m.hidden_size)
+        steps.append((bpw, math_dtype, decode_step(m, g, p.batch, p.context_tokens, prec)))
+    chosen_math = steps[-1][1]
+    if p.mode == "weights+activations" and chosen_math != _WA_MATH[_family(p.fmt)][0]:
+        notes.append(f"{g.display_name} has no {_WA_MATH[_family(p.fmt)][0]} tensor cores: the matmuls run in "
+                     f"{chosen_math}.")
+    t = np.array([f.time_s for _, _, f in steps])
+    notes.append("Linear weights at the format's bits (scales included), embedding and output head in bf16, "
+                 "activations between kernels in bf16" +
+                 ("; weights+activations quantizes them on entry to each matmul (an assumption)."
+                  if p.mode == "weights+activations" else "; weight-only: the matmuls run in bf16."))
+    notes.append(steps[-1][2].calibration_note)
     return QuantDemoResult(
+        format_name=format_name(scheme),
         hist_edges=edges, hist_counts=counts, hist_counts_quantized=counts_q,
         levels_first_group=_levels(scheme, float(q.scales[0, 0]), None if zp is None else float(zp[0, 0]),
                                    q.tensor_scale),
         levels_widest_group=_levels(scheme, float(q.scales[widest]), None if zp is None else float(zp[widest]),
                                     q.tensor_scale),
         mse=err.mse, sqnr_db=err.sqnr_db, zero_share=err.zero_share, bits_per_weight=q.bits_per_weight,
-        outlier_columns=cols)
+        outlier_columns=cols,
+        speed_names=[n for n, _ in rows], speed_bits_per_weight=np.array([b for b, _, _ in steps]),
+        speed_math_dtype=[d for _, d, _ in steps], speed_step_time_s=t,
+        speed_tokens_per_s_per_user=1.0 / t,
+        speed_weight_bytes=np.array([f.weight_bytes for _, _, f in steps]),
+        speed_kv_bytes=np.array([f.kv_bytes for _, _, f in steps]),
+        speedup_vs_bf16=float(t[0] / t[-1]), model_name=m.display_name, gpu_name=g.display_name,
+        speed_note=" ".join(notes))
 
 
 @dataclass(frozen=True)
@@ -409,20 +632,20 @@ FORMAT_TABLE_SCHEMES = (
     ("int8, per channel", QuantScheme("int8", "channel")),
     ("int4, group 128", QuantScheme("int4", "group", 128)),
     ("fp8 e4m3, per tensor", QuantScheme("fp8_e4m3", "tensor", scale_bits=32)),
+    ("MXFP4", QuantScheme("mxfp4")),
     ("NVFP4", QuantScheme("nvfp4")),
 )
 
 
 def formats_table(n_params: float = 7e9, demo: QuantDemoParams = QuantDemoParams()) -> list:
-    """Bits per weight, model size and demo SQNR of int8, int4 g128, fp8 e4m3 and NVFP4.
+    """Bits per weight, model size and demo SQNR of int8, int4 g128, fp8 e4m3, MXFP4 and NVFP4.
 
     >>> rows = formats_table()
     >>> [round(r.bits_per_weight, 3) for r in rows]
-    [8.016, 4.125, 8.0, 4.5]
+    [8.016, 4.125, 8.0, 4.25, 4.5]
     """
     check_non_negative("n_params", n_params)
-    rng = np.random.default_rng(demo.seed)
-    w = rng.normal(0.0, demo.std, (demo.rows, demo.cols))
+    w, _ = demo_weights(demo)
     out = []
     for name, scheme in FORMAT_TABLE_SCHEMES:
         q = quantize(w, scheme)

@@ -201,7 +201,7 @@ def test_ch11_two_four_doubles_the_math_R22():
 
 def test_ch11_bytes_predict_about_4_9x_but_measured_is_2_1_to_3_R23():
     from sim import pruning
-    r = pruning.predict_pruning_speedup(calibration=SPEC)
+    r = pruning.predict_pruning_speedup(pruning.PruningParams(gpu="H100-SXM"), calibration=SPEC)
     i = r.variants.index("2:4 + 4-bit")
     assert r.weights_only_speedup[i] == pytest.approx(4.9, rel=0.10)   # "~4.9x"
     lo, hi = r.measured_speedup_range

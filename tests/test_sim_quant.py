@@ -171,11 +171,12 @@ def test_quant_demo_outliers_hurt_per_tensor_more_than_groups():
 def test_formats_table():
     rows = quant.formats_table(n_params=7e9)
     names = [r.name for r in rows]
-    assert names == ["int8, per channel", "int4, group 128", "fp8 e4m3, per tensor", "NVFP4"]
+    assert names == ["int8, per channel", "int4, group 128", "fp8 e4m3, per tensor", "MXFP4", "NVFP4"]
     by = {r.name: r for r in rows}
-    assert by["NVFP4"].bits_per_weight == 4.5
+    assert by["NVFP4"].bits_per_weight == 4.5 and by["MXFP4"].bits_per_weight == 4.25
     assert by["int4, group 128"].model_bytes == pytest.approx(7e9 * 4.125 / 8)
     assert by["int8, per channel"].sqnr_db > by["fp8 e4m3, per tensor"].sqnr_db > by["NVFP4"].sqnr_db
+    assert by["NVFP4"].sqnr_db > by["MXFP4"].sqnr_db        # finer, finer-grained scales
 
 
 @pytest.mark.parametrize("call, match", [
@@ -190,3 +191,157 @@ def test_formats_table():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --------------------------------------------------------------------------- bit-exact against ml_dtypes
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+REFERENCE_DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
+                    "fp4_e2m1": ml_dtypes.float4_e2m1fn}
+
+
+def _codes(values: np.ndarray, dtype) -> np.ndarray:
+    """The bit patterns of `values` (float64, each exactly representable) in `dtype`."""
+    return values.astype(dtype).view(np.uint8)
+
+
+def _grid_and_midpoints(fmt: str) -> np.ndarray:
+    """Every finite value of the format (both signs), every midpoint between neighbours, and
+    the midpoints' float32 neighbours on either side (just below / above a tie), as float32.
+
+    float32, because ml_dtypes converts a float64 through float32: a float64 a hair off a
+    tie would round to the tie first. Every float32 is exact in float64, so both sides
+    round the same numbers.
+    """
+    pos = quant.representable_values(fmt)
+    step = pos[-1] - pos[-2]
+    pos = np.append(pos, pos[-1] + step).astype(np.float32)   # one value past the top: its midpoint is the overflow tie
+    mids = (pos[1:] + pos[:-1]) / np.float32(2)               # exact: a midpoint needs one more mantissa bit
+    near = np.concatenate([np.nextafter(mids, np.float32(0)), np.nextafter(mids, np.float32(np.inf))])
+    x = np.concatenate([pos[:-1], mids, near])
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("fmt", sorted(REFERENCE_DTYPES))
+def test_rounding_is_bit_exact_with_ml_dtypes(fmt):
+    """Non-saturating conversion matches ml_dtypes' cast bit for bit (NaN where it gives NaN), over
+    every representable value, every midpoint and both sides of each midpoint."""
+    dt = REFERENCE_DTYPES[fmt]
+    x = _grid_and_midpoints(fmt)
+    assert x.dtype == np.float32 and len(x) == 8 * len(quant.representable_values(fmt))
+    want = x.astype(dt)
+    got = quant.round_to_format(x.astype(np.float64), fmt, saturate=False)
+    nan = np.isnan(want.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(_codes(got[~nan], dt), want[~nan].view(np.uint8))     # signs of zero included
+
+
+@pytest.mark.parametrize("fmt, big, overflow", [
+    ("fp8_e4m3", [464.0, 465.0, 480.0, 1e6, np.inf], [448.0, np.nan, np.nan, np.nan, np.nan]),   # no inf in e4m3fn
+    ("fp8_e5m2", [61439.0, 61440.0, 1e6, np.inf], [57344.0, np.inf, np.inf, np.inf]),            # ties to even: inf
+    ("fp4_e2m1", [6.9, 7.0, 100.0, np.inf], [6.0, 6.0, 6.0, 6.0]),                                # e2m1 always saturates
+])
+def test_out_of_range(fmt, big, overflow):
+    dt = REFERENCE_DTYPES[fmt]
+    x = np.array(big + [-v for v in big])
+    want = np.array(overflow + [-v for v in overflow])
+    np.testing.assert_array_equal(quant.round_to_format(x, fmt, saturate=False), want)
+    np.testing.assert_array_equal(x.astype(dt).astype(np.float64), want)          # ml_dtypes agrees
+    top = quant.FLOAT_FORMATS[fmt].max_value
+    np.testing.assert_array_equal(quant.round_to_format(x, fmt), np.sign(x) * top)  # saturating: +-max
+
+
+def test_e8m0_rounding_matches_ml_dtypes():
+    """Every e8m0 value (2^-127 .. 2^127), the ties 1.5 x 2^k and their float32 neighbours, and what
+    has no encoding (zero, negatives, inf, NaN, past 2^127); float32 inputs as in the test above."""
+    k = np.arange(quant.E8M0_MIN_EXPONENT, quant.E8M0_MAX_EXPONENT + 1)
+    vals = np.ldexp(np.float32(1), k).astype(np.float32)
+    ties = (vals * np.float32(1.5)).astype(np.float32)
+    normal = ties[1:]       # 1.5 x 2^-127 is a float32 subnormal: ml_dtypes rounds its lower neighbour up, skip it
+    x = np.concatenate([vals, ties, np.nextafter(normal, np.float32(0)), np.nextafter(normal, np.float32(np.inf)),
+                        np.array([0.0, -1.0, -np.inf, np.inf, np.nan, 2.0 ** -149, 2.0 ** -128], np.float32)])
+    assert np.all(np.isfinite(ties))
+    dt = ml_dtypes.float8_e8m0fnu
+    want = x.astype(dt)
+    got = quant.round_to_e8m0(x.astype(np.float64))
+    nan = np.isnan(want.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].astype(dt).view(np.uint8), want[~nan].view(np.uint8))
+    # NaN: 2^127 x 1.5 and just above (round past 2^127), 0, -1, -inf, inf, NaN
+    assert nan.sum() == 7 and quant.round_to_e8m0(3.0) == 4.0 and quant.round_to_e8m0(2.0 ** -149) == 2.0 ** -127
+
+
+def test_mx_block_scale_R_ocp():
+    """X = 2^(floor(log2 amax) - 2): the block maximum lands in [4, 8) x X; every scale is an e8m0 value."""
+    amax = np.array([1e-3, 0.02, 0.75, 1.0, 5.9, 6.0, 7.99, 8.0, 1e30])
+    x = quant.mx_block_scale(amax)
+    np.testing.assert_array_equal(x, 2.0 ** (np.floor(np.log2(amax)) - 2))
+    assert np.all((amax / x >= 4) & (amax / x < 8))
+    np.testing.assert_array_equal(x.astype(ml_dtypes.float8_e8m0fnu).astype(np.float64), x)
+    assert quant.mx_block_scale(0.0) == 2.0 ** -127 and quant.mx_block_scale(1e-60) == 2.0 ** -127
+
+
+def test_mxfp4_blocks_of_32_clip_above_6x():
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(8, 128))
+    q = quant.quantize(w, QuantScheme("mxfp4"))
+    assert q.scales.shape == (8, 4) and q.bits_per_weight == 4.25
+    np.testing.assert_array_equal(q.scales, quant.mx_block_scale(np.abs(w).reshape(8, 4, 32).max(axis=2)))
+    assert np.all(np.isin(np.abs(q.codes), quant.representable_values("fp4_e2m1")))
+    # a block whose maximum is 7 x 2^k keeps 6 x 2^k: MXFP4's scale is a floor, so the top of a block can clip
+    block = np.full((1, 32), 0.5)
+    block[0, 0] = 7.0
+    assert quant.quantize(block, QuantScheme("mxfp4")).values[0, 0] == 6.0
+
+
+def test_nvfp4_block_scale_rounds_in_e4m3_with_the_tensor_scale():
+    """One block: tensor scale amax / (448 x 6); block scale = e4m3(amax_block / 6 / tensor scale) = 448."""
+    x = np.linspace(-3.0, 3.0, 16)[None, :]
+    q = quant.quantize(x, QuantScheme("nvfp4"))
+    assert q.tensor_scale == 3.0 / (448 * 6) and q.scales[0, 0] == 448.0
+    np.testing.assert_array_equal(q.codes, quant.round_to_format(x / (448 * q.tensor_scale), "fp4_e2m1"))
+
+
+def test_demo_weights_are_heavy_tailed_with_the_stated_std():
+    w, _ = quant.demo_weights(quant.QuantDemoParams(rows=512, cols=4096))
+    g, _ = quant.demo_weights(quant.QuantDemoParams(rows=512, cols=4096, distribution="gaussian"))
+    for a in (w, g):
+        assert a.std() == pytest.approx(0.02, rel=0.01)
+    kurt = lambda a: float(np.mean(a ** 4) / np.mean(a ** 2) ** 2)
+    assert kurt(g) == pytest.approx(3.0, abs=0.05)
+    assert kurt(w) == pytest.approx(9.0, rel=0.25)          # Student-t(5): 3 + 6 / (5 - 4) = 9
+
+
+def test_deployment_precision_and_speed():
+    from sim import hardware, models
+    h100, a100, b200 = (hardware.get(n) for n in ("H100-SXM", "A100-80GB", "B200"))
+    prec, math_dtype, bpw = quant.deployment_precision(QuantScheme("int4", "group", 128), h100)
+    assert (math_dtype, bpw, prec.weight_bytes, prec.head_bytes) == ("bf16", 4.125, 4.125 / 8, 2.0)
+    assert quant.deployment_precision(QuantScheme("nvfp4"), b200, "weights+activations")[1] == "fp4"
+    assert quant.deployment_precision(QuantScheme("nvfp4"), h100, "weights+activations")[1] == "fp8"
+    assert quant.deployment_precision(QuantScheme("fp8_e4m3"), a100, "weights+activations")[1] == "bf16"
+    assert quant.deployment_precision(QuantScheme("int4"), a100, "weights+activations")[1] == "int8"
+    r = quant.quantize_demo()
+    assert r.speed_names[0] == "bf16" and r.speed_names[-1] == "this format"
+    assert r.speed_step_time_s[-1] == r.speed_step_time_s[r.speed_names.index("int4, group 128")]
+    # the weight bytes a step reads: only the blocks' linear weights shrink, from 16 to 4.125 bits (closed form)
+    m = models.get("llama-3.1-8b")
+    linear = m.num_layers * sum(i * o for i, o in m.linear_shapes().values())
+    assert r.speed_weight_bytes[0] - r.speed_weight_bytes[-1] == pytest.approx(linear * (2 - 4.125 / 8), rel=1e-12)
+    dense = r.speed_weight_bytes[0]
+    assert 1 < r.speedup_vs_bf16 < dense / r.speed_weight_bytes[-1]     # less than the bytes alone predict
+    np.testing.assert_allclose(r.speed_tokens_per_s_per_user, 1 / r.speed_step_time_s)
+    kv8 = quant.quantize_demo(quant.QuantDemoParams(kv_dtype="fp8", context_tokens=65536))
+    kv16 = quant.quantize_demo(quant.QuantDemoParams(context_tokens=65536))
+    np.testing.assert_allclose(kv8.speed_kv_bytes, kv16.speed_kv_bytes / 2)
+    assert kv8.speed_step_time_s[-1] < kv16.speed_step_time_s[-1]
+    # weight-only vs weights+activations: the same at one user (bytes-bound), apart once the batch is compute-bound
+    one = [quant.quantize_demo(quant.QuantDemoParams(fmt="fp8_e4m3", granularity="tensor", mode=m_))
+           for m_ in quant.MODES]
+    big = [quant.quantize_demo(quant.QuantDemoParams(fmt="fp8_e4m3", granularity="tensor", mode=m_, batch=512,
+                                                     context_tokens=256))
+           for m_ in quant.MODES]
+    assert one[1].speed_step_time_s[-1] == pytest.approx(one[0].speed_step_time_s[-1], rel=0.05)
+    assert big[1].speed_step_time_s[-1] < 0.8 * big[0].speed_step_time_s[-1]
+    h = quant.quantize_demo(quant.QuantDemoParams(fmt="nvfp4", mode="weights+activations"))
+    assert "has no fp4 tensor cores" in h.speed_note

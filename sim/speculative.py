@@ -397,7 +397,7 @@ class SpeedupParams:
     k: int = 3
     drafter: str = "eagle"              # a DRAFTERS key or a model catalogue name (a small model)
     context_tokens: int = 1024          # cached tokens per sequence
-    max_batch: int = 512
+    max_batch: int = 2048
     grid_points: int = 24
     precision: Precision = Precision()
     cuda_graphs: bool = True
@@ -428,6 +428,7 @@ class SpeedupResult:
     speedup: np.ndarray                 # (n,) E[tokens] x baseline / round time
     break_even_batch: float             # first grid batch with speedup < 1 (nan if none)
     kv_capacity_batch: int              # sequences whose caches (target + drafter) fit beside the weights
+    speedup_at_kv_capacity: float       # speedup at that batch (interpolated on the grid; nan if none fits)
     drafter_label: str
     drafter_note: str                   # where the drafter's cost and acceptance come from
     drafter_weight_bytes: float         # weights the drafter adds to the GPU
@@ -492,13 +493,15 @@ def speedup_vs_batch(params: SpeedupParams = SpeedupParams(),
     target.prime(tokens=np.concatenate([grid, (p.k + 1) * grid]), logits=np.concatenate([grid, (p.k + 1) * grid]))
     if draft is not None:
         draft.prime(tokens=grid, logits=grid)
-    base = np.array([target.uniform_time_s(int(b), 1, C) for b in grid])
-    # verification scores every drafted position: k + 1 rows of logits per sequence
-    verify = np.array([target.uniform_time_s(int(b), p.k + 1, C, logits_seqs=int(b) * (p.k + 1)) for b in grid])
-    if draft is None or p.k == 0:
-        drafting = np.zeros(len(grid))
-    else:
-        drafting = np.array([sum(draft.uniform_time_s(int(b), 1, C + j) for j in range(p.k)) for b in grid])
+
+    def times(b: int) -> tuple:
+        """(plain decode step, verify pass over k + 1 tokens per sequence, k draft steps) at batch b."""
+        drafting = 0.0 if draft is None else sum(draft.uniform_time_s(b, 1, C + j) for j in range(p.k))
+        # verification scores every drafted position: k + 1 rows of logits per sequence
+        verifying = target.uniform_time_s(b, p.k + 1, C, logits_seqs=b * (p.k + 1))
+        return target.uniform_time_s(b, 1, C), verifying, drafting
+
+    base, verify, drafting = (np.array(col) for col in zip(*(times(int(b)) for b in grid)))
     e = expected_tokens_per_round(alpha, p.k)
     rnd = drafting + verify
     speed = e * base / rnd
@@ -506,12 +509,16 @@ def speedup_vs_batch(params: SpeedupParams = SpeedupParams(),
     weights_added, draft_kv = _drafter_memory(p, draft_model)
     budget = max(kv_budget_bytes(p.model, p.gpu, p.precision) - weights_added, 0.0)
     per_seq = max(C + p.k, 1) * (kv_bytes_per_token(p.model, p.precision.kv_dtype) + draft_kv)
+    capacity = int(budget // per_seq)
+    at_capacity = times(capacity) if capacity >= 1 else None
     ref_b = np.array(sorted(EAGLE31_REFERENCE_SPEEDUPS))
     return SpeedupResult(
         batch_grid=grid, baseline_step_time_s=base, draft_time_s=drafting, verify_time_s=verify, round_time_s=rnd,
         alpha=float(alpha), expected_tokens_per_round=e, speedup=speed,
         break_even_batch=float(grid[below[0]]) if below.size else math.nan,
-        kv_capacity_batch=int(budget // per_seq),
+        kv_capacity_batch=capacity,
+        speedup_at_kv_capacity=(e * at_capacity[0] / (at_capacity[1] + at_capacity[2])
+                                if at_capacity else math.nan),
         drafter_label=drafter.label,
         drafter_note=f"{drafter.label}: {drafter.cost_source}; {drafter.acceptance_source}"
                      + ("" if alpha == drafter.acceptance else f"; set here to {alpha:g}"),

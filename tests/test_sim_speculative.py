@@ -170,6 +170,16 @@ def test_a_draft_layer_weighs_one_decoder_layer_and_the_cache_limits_the_batch()
                                                            "llama-3.1-8b", 1024 + 3)
 
 
+def test_speedup_at_the_kv_capacity_is_the_curve_there():
+    r = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="llama-3.2-1b"), calibration=SPEC)
+    at = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="llama-3.2-1b", max_batch=r.kv_capacity_batch),
+                                      calibration=SPEC)
+    assert at.batch_grid[-1] == r.kv_capacity_batch
+    assert r.speedup_at_kv_capacity == pytest.approx(at.speedup[-1], rel=1e-12)
+    none = speculative.speedup_vs_batch(speculative.SpeedupParams(model="llama-3.1-70b"), calibration=SPEC)
+    assert none.kv_capacity_batch == 0 and np.isnan(none.speedup_at_kv_capacity)   # 141 GB of weights on 80 GB
+
+
 def test_a_small_model_drafter():
     r = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="llama-3.2-1b"), calibration=SPEC)
     assert r.draft_time_s[0] > 0 and r.speedup[0] > 1

@@ -47,7 +47,7 @@ def build() -> FigureView:
     p.y_range.start = 0
     inset_legend(p, [("draft q (what is proposed)", q_bars), ("emitted after the rule", out_bars),
                      ("target p", target)])
-    numbers, note = readout(width=300), readout(width=860)
+    numbers, note = readout(width=300), readout(width=840)
 
     def update() -> None:
         r = demonstrate_rejection_sampling(RejectionParams(target=REJECTION_TARGET, draft=draft.value,

@@ -7,7 +7,7 @@ token when every draft survived). With a per-token acceptance alpha the expected
 (1 - alpha^(k+1)) / (1 - alpha), which grows with k but never past 1 / (1 - alpha).
 
 Controls: acceptance alpha, drafted tokens k, the random seed, and a stepper over the
-rounds. One call per update: sim.speculative.simulate_rounds (seeded Monte-Carlo).
+rounds (rounds it has not reached are drawn faint). One call per update: sim.speculative.simulate_rounds (seeded Monte-Carlo).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ K_MAX = 10
 STATES = {"accepted draft": GREEN, "rejected: target's correction": VERMILION, "unchecked, thrown away": "#dddddd",
           "bonus token from the target": BLUE}
 CELL = {1: GREEN, 0: VERMILION, -1: "#dddddd"}
+FUTURE_ALPHA = 0.2                  # rounds the stepper has not reached yet
 
 
 def build() -> FigureView:
@@ -38,20 +39,21 @@ def build() -> FigureView:
     seed = pn.widgets.IntSlider(label="Random seed", start=0, end=9, value=DEFAULT.seed, width=CONTROL_WIDTH)
     step = stepper(DEFAULT.rounds, label="Round", interval_ms=500, start=1)
 
-    cells = ColumnDataSource(data={"round": [], "pos": [], "color": []})
+    cells = ColumnDataSource(data={"round": [], "pos": [], "color": [], "alpha": []})
     curve = ColumnDataSource(data={"k": [], "expected": []})
     point = ColumnDataSource(data={"k": [], "expected": [], "mean": []})
     running = ColumnDataSource(data={"round": [], "mean": [], "expected": []})
 
     p_rounds = plot("Each round's drafts, left to right from the bottom", "round", "position in the round",
-                    width=620, height=230, x_range=Range1d(0.5, DEFAULT.rounds + 0.5), y_range=Range1d(0.5, K_MAX + 4))
-    p_rounds.rect(x="round", y="pos", width=0.85, height=0.85, color="color", line_color=None, source=cells)
+                    width=590, height=230, x_range=Range1d(0.5, DEFAULT.rounds + 0.5), y_range=Range1d(0.5, K_MAX + 4))
+    p_rounds.rect(x="round", y="pos", width=0.85, height=0.85, color="color", fill_alpha="alpha", line_color=None,
+                  source=cells)
     inset_legend(p_rounds, [(label, legend_glyph(p_rounds, "rect", fill_color=c, line_color=None))
                             for label, c in STATES.items()], location="top_left")
     p_rounds.legend.orientation = "horizontal"
 
     p_k = plot("Expected tokens per round against k", "drafted tokens k", "tokens per round",
-               width=300, height=250, x_range=Range1d(-0.5, K_MAX + 0.5))
+               width=290, height=250, x_range=Range1d(-0.5, K_MAX + 0.5))
     limit = Span(location=5.0, dimension="width", line_dash="dashed", line_color=GREY)
     p_k.add_layout(limit)
     formula = p_k.line("k", "expected", source=curve, line_width=2, color=BLUE)
@@ -59,25 +61,27 @@ def build() -> FigureView:
     seen = p_k.scatter("k", "mean", source=point, size=9, color=ORANGE, marker="triangle")
     inset_legend(p_k, [("(1 - a^(k+1)) / (1 - a)", formula), ("this run's mean", seen),
                        ("limit 1 / (1 - a)", legend_glyph(p_k, "line", line_color=GREY, line_dash="dashed"))],
-                 location="top_left")
+                 location="bottom_right")
 
-    p_run = plot("Mean tokens per round so far", "round", "tokens per round", width=300, height=250,
+    p_run = plot("Mean tokens per round so far", "round", "tokens per round", width=290, height=250,
                  x_range=Range1d(0.5, DEFAULT.rounds + 0.5))
     mean_line = p_run.line("round", "mean", source=running, line_width=2, color=ORANGE)
     exp_line = p_run.line("round", "expected", source=running, line_width=1.5, color=BLUE, line_dash="dashed")
     inset_legend(p_run, [("running mean", mean_line), ("expected", exp_line)], location="bottom_right")
-    numbers, note = readout(), readout(width=860)
+    numbers, note = readout(), readout(width=840)
 
     def update() -> None:
         r = simulate_rounds(RoundsParams(alpha=alpha.value, k=k.value, rounds=DEFAULT.rounds, seed=seed.value))
         n = step.value
-        rounds, pos, colors = [], [], []
-        for i in range(n):
+        rounds, pos, colors, alphas = [], [], [], []
+        for i in range(DEFAULT.rounds):            # rounds after the stepper's are drawn faint
             for j, state in enumerate(r.outcome[i]):
                 rounds.append(i + 1), pos.append(j + 1), colors.append(CELL[int(state)])
+                alphas.append(1.0 if i < n else FUTURE_ALPHA)
             if r.bonus[i]:
                 rounds.append(i + 1), pos.append(k.value + 1), colors.append(BLUE)
-        cells.data = {"round": rounds, "pos": pos, "color": colors}
+                alphas.append(1.0 if i < n else FUTURE_ALPHA)
+        cells.data = {"round": rounds, "pos": pos, "color": colors, "alpha": alphas}
         curve.data = {"k": r.k_grid, "expected": r.expected_by_k}
         point.data = {"k": [k.value], "expected": [r.expected_tokens_per_round],
                       "mean": [float(r.running_mean_tokens[n - 1])]}

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, Span
+from bokeh.models import ColumnDataSource, Range1d, Span
 
 from sim import models
 from sim.speculative import DRAFTERS, SpeedupParams, drafter_acceptance, speedup_vs_batch
@@ -56,7 +56,7 @@ def build() -> FigureView:
     ceiling = Span(location=1, dimension="width", line_dash="dotted", line_color=BLUE, line_width=1.5)
 
     p_speed = plot("Per-user speedup over plain decoding", "sequences in the batch (log)", "speedup",
-                   x_type="log", width=360, height=320)
+                   x_type="log", width=310, height=320, y_range=Range1d(0, 3))
     line = p_speed.line("batch", "speedup", source=curve, line_width=2.5, color=BLUE)
     measured = p_speed.scatter("batch", "measured", source=reference, size=10, color=ORANGE, marker="triangle")
     p_speed.scatter("batch", "modelled", source=reference, size=7, color=BLUE)
@@ -70,13 +70,13 @@ def build() -> FigureView:
                  location="bottom_left")
 
     p_time = plot("What a round costs", "sequences in the batch (log)", "ms (log)", x_type="log", y_type="log",
-                  width=320, height=320)
+                  width=260, height=320)
     base = p_time.line("batch", "base_ms", source=curve, line_width=2, color=GREY)
     verify = p_time.line("batch", "verify_ms", source=curve, line_width=2, color=GREEN)
     draft = p_time.line("batch", "draft_ms", source=curve, line_width=2, color=ORANGE)
-    inset_legend(p_time, [("plain decode step (1 token)", base), ("verify pass (k + 1 tokens)", verify),
+    inset_legend(p_time, [("plain step (1 token)", base), ("verify (k + 1 tokens)", verify),
                           ("k draft steps", draft)], location="top_left")
-    numbers, note = readout(), readout(width=860)
+    numbers, note = readout(), readout(width=840)
 
     def update() -> None:
         r = speedup_vs_batch(SpeedupParams(model=model.value, gpu=gpu.value, drafter=drafter.value, alpha=alpha.value,
@@ -89,6 +89,7 @@ def build() -> FigureView:
         capacity.location = max(r.kv_capacity_batch, 1)
         capacity.visible = 1 <= r.kv_capacity_batch <= r.batch_grid[-1]
         ceiling.location = r.expected_tokens_per_round
+        p_speed.y_range.end = 1.1 * max(r.expected_tokens_per_round, r.speedup.max(), r.reference_speedups.max())
         fits = r.kv_capacity_batch >= 1
         numbers.object = rows_table([
             ("expected tokens per round", f"{r.expected_tokens_per_round:.2f}"),

@@ -66,6 +66,7 @@ def build() -> FigureView:
     p_run = plot("Mean tokens per round so far", "round", "tokens per round", width=290, height=250,
                  x_range=Range1d(0.5, DEFAULT.rounds + 0.5))
     mean_line = p_run.line("round", "mean", source=running, line_width=2, color=ORANGE)
+    p_run.scatter("round", "mean", source=running, size=4, color=ORANGE)
     exp_line = p_run.line("round", "expected", source=running, line_width=1.5, color=BLUE, line_dash="dashed")
     inset_legend(p_run, [("running mean", mean_line), ("expected", exp_line)], location="bottom_right")
     numbers, note = readout(), readout(width=840)

@@ -35,6 +35,28 @@ def test_monte_carlo_matches_the_formula():
             assert row[acc] == 0 and all(row[acc + 1:] == -1)
 
 
+@pytest.mark.parametrize("alpha, k", [(0.0, 4), (1.0, 4), (0.7, 3), (0.9, 0)])
+def test_round_bookkeeping(alpha, k):
+    r = speculative.simulate_rounds(speculative.RoundsParams(alpha=alpha, k=k, rounds=500, seed=3))
+    assert r.bonus_total + r.rejected_total == 500
+    assert r.accepted_total + r.rejected_total + r.unchecked_total == 500 * k
+    assert np.array_equal(r.bonus, r.accepted_per_round == k)
+    assert r.running_mean_tokens[-1] == pytest.approx(r.mean_tokens_per_round)
+    assert r.cumulative_tokens[-1] == r.tokens_per_round.sum()
+    if alpha == 0.0:
+        assert r.bonus_total == (500 if k == 0 else 0) and r.mean_tokens_per_round == 1.0
+    if alpha == 1.0:
+        assert r.bonus_total == 500 and r.mean_tokens_per_round == k + 1 and r.limit_tokens_per_round == np.inf
+
+
+def test_expectation_curve_approaches_its_limit():
+    r = speculative.simulate_rounds(speculative.RoundsParams(alpha=0.8, k=4))
+    assert list(r.k_grid) == list(range(11))
+    np.testing.assert_allclose(r.expected_by_k, [(1 - 0.8 ** (k + 1)) / 0.2 for k in range(11)])
+    assert r.limit_tokens_per_round == pytest.approx(5.0)
+    assert r.expected_by_k[4] == pytest.approx(3.3616) and r.expected_by_k[-1] < 5.0
+
+
 def test_rounds_are_seeded():
     a = speculative.simulate_rounds(speculative.RoundsParams(seed=4))
     b = speculative.simulate_rounds(speculative.RoundsParams(seed=4))
@@ -66,6 +88,35 @@ def test_rejection_sampling_statistically_matches_the_target():
     assert np.abs(r.draft - r.target).max() > 0.1
 
 
+@pytest.mark.parametrize("x, dof, sf", [
+    (3.841459, 1, 0.05), (6.634897, 1, 0.01), (5.991465, 2, 0.05), (11.070498, 5, 0.05), (20.515006, 5, 0.001),
+    (18.307038, 10, 0.05), (0.0, 3, 1.0)])
+def test_chi_square_tail_matches_the_tables(x, dof, sf):
+    assert speculative.chi_square_sf(x, dof) == pytest.approx(sf, rel=1e-5, abs=1e-12)
+    if 0 < sf < 1:
+        assert speculative.chi_square_critical(sf, dof) == pytest.approx(x, rel=1e-5)
+
+
+def test_chi_square_of_the_demo():
+    r = speculative.demonstrate_rejection_sampling()
+    counts = np.rint(r.empirical_output * r.samples)
+    p, q = np.array(speculative.REJECTION_TARGET), np.array(speculative.DRAFT_PRESETS["skewed"])
+    assert r.chi_square == pytest.approx(((counts - r.samples * p) ** 2 / (r.samples * p)).sum())
+    assert r.chi_square_dof == 5 and r.chi_square_critical == pytest.approx(20.515, abs=1e-3)
+    assert r.draft_chi_square == pytest.approx(r.samples * ((q - p) ** 2 / p).sum())
+    assert r.chi_square < r.chi_square_critical < r.draft_chi_square
+
+
+def test_p_values_are_uniform_when_the_rule_holds():
+    # 400 seeded runs: about 5% of p-values fall below 0.05 (binomial sd 1.1 points), none is stuck near 0
+    for preset in ("far", "close"):
+        p = [speculative.demonstrate_rejection_sampling(speculative.RejectionParams(
+            draft=speculative.DRAFT_PRESETS[preset], samples=2000, seed=s)).chi_square_p_value for s in range(400)]
+        share = np.mean(np.array(p) < 0.05)
+        assert 0.017 < share < 0.083, (preset, share)
+        assert 0.4 < np.median(p) < 0.6
+
+
 def test_single_draws_follow_the_rule():
     rng = np.random.default_rng(0)
     p, q = np.array([0.6, 0.4]), np.array([0.1, 0.9])
@@ -84,11 +135,49 @@ def test_speedup_falls_as_the_batch_grows():
     assert r.speedup[r.batch_grid >= 128].max() < r.speedup[r.batch_grid == 32][0]
     assert r.break_even_batch > 64                         # and eventually costs more than it saves
     assert r.round_time_s == pytest.approx(r.draft_time_s + r.verify_time_s)
-    free = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="ngram", context_tokens=256),
+    free = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="ngram", alpha=0.8, context_tokens=256),
                                         calibration=SPEC)
     assert free.speedup[0] > r.speedup[0]                 # a free drafter does better
     assert free.speedup[0] == pytest.approx(free.expected_tokens_per_round, rel=0.05)
     assert list(r.reference_batches) == [1, 4, 16]
+
+
+def test_speedup_is_expected_tokens_times_the_step_ratio():
+    r = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="mtp", k=2), calibration=SPEC)
+    assert r.alpha == 0.85                                # DeepSeek-V3: 85-90% for its MTP-drafted token
+    assert r.expected_tokens_per_round == pytest.approx(1 + 0.85 + 0.85 ** 2)
+    np.testing.assert_allclose(r.speedup, r.expected_tokens_per_round * r.baseline_step_time_s
+                               / (r.draft_time_s + r.verify_time_s), rtol=1e-12)
+    np.testing.assert_allclose(r.speedup_at_reference, r.speedup[np.searchsorted(r.batch_grid, [1, 4, 16])])
+    chosen = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="mtp", k=2, alpha=0.6), calibration=SPEC)
+    assert chosen.alpha == 0.6 and "set here to 0.6" in chosen.drafter_note and "DeepSeek-V3" in chosen.drafter_note
+    assert np.array_equal(chosen.verify_time_s, r.verify_time_s)      # acceptance changes no step cost
+
+
+def test_a_draft_layer_weighs_one_decoder_layer_and_the_cache_limits_the_batch():
+    from sim import kv
+    r = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="eagle", k=3, context_tokens=1024),
+                                     calibration=SPEC)
+    h, kvh, ff = 4096, 8 * 128, 14336                    # Llama 3.1 8B: q/o h x h, k/v h x 1024, 3 MLP h x ff
+    layer_bytes = 2 * (2 * h * h + 2 * h * kvh + 3 * h * ff) + 2 * 2 * h      # bf16, plus two norm gains
+    assert r.drafter_weight_bytes == pytest.approx(layer_bytes, rel=1e-12)
+    per_token = kv.kv_bytes_per_token("llama-3.1-8b") * (1 + 1 / 32)          # the head caches one more layer
+    budget = kv.kv_budget_bytes("llama-3.1-8b", "H100-SXM") - layer_bytes
+    assert r.kv_capacity_batch == int(budget // ((1024 + 3) * per_token))
+    free = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="ngram", k=3), calibration=SPEC)
+    assert free.drafter_weight_bytes == 0 and not free.draft_time_s.any()
+    assert free.kv_capacity_batch == kv.sequences_that_fit(kv.kv_budget_bytes("llama-3.1-8b", "H100-SXM"),
+                                                           "llama-3.1-8b", 1024 + 3)
+
+
+def test_speedup_at_the_kv_capacity_is_the_curve_there():
+    r = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="llama-3.2-1b"), calibration=SPEC)
+    at = speculative.speedup_vs_batch(speculative.SpeedupParams(drafter="llama-3.2-1b", max_batch=r.kv_capacity_batch),
+                                      calibration=SPEC)
+    assert at.batch_grid[-1] == r.kv_capacity_batch
+    assert r.speedup_at_kv_capacity == pytest.approx(at.speedup[-1], rel=1e-12)
+    none = speculative.speedup_vs_batch(speculative.SpeedupParams(model="llama-3.1-70b"), calibration=SPEC)
+    assert none.kv_capacity_batch == 0 and np.isnan(none.speedup_at_kv_capacity)   # 141 GB of weights on 80 GB
 
 
 def test_a_small_model_drafter():
@@ -102,7 +191,7 @@ def test_a_small_model_drafter():
     (lambda: speculative.expected_tokens_per_round(0.5, -1), "k must be >= 0"),
     (lambda: speculative.output_distribution([0.5, 0.6], [0.5, 0.5]), "must sum to 1"),
     (lambda: speculative.output_distribution([0.5, 0.5], [1.0]), "same length"),
-    (lambda: speculative.SpeedupParams(drafter="gpt2"), "valid drafters: eagle, ngram"),
+    (lambda: speculative.SpeedupParams(drafter="gpt2"), "valid drafters: eagle, mtp, ngram"),
     (lambda: speculative.RoundsParams(alpha=2), "alpha"),
 ])
 def test_bad_input(call, match):

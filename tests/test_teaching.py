@@ -37,7 +37,14 @@ def test_ch04_slot_states_are_in_a_legend():
     assert set(w.KIND_COLOURS.values()) <= legend_colours(widgets.build("ch04-scheduler"))
 
 
-@pytest.mark.parametrize("number", ["01", "04", "05", "07", "10", "11"])
+def test_ch09_round_states_are_in_a_legend():
+    from widgets import ch09_speculative_rounds as w
+    view = widgets.build("ch09-speculative-rounds")
+    assert set(w.TOKEN_COLOURS.values()) == set(w.CELL.values()) | {w.BLUE}
+    assert set(w.TOKEN_COLOURS.values()) <= legend_colours(view)
+
+
+@pytest.mark.parametrize("number", ["01", "04", "05", "07", "09", "10", "11"])
 def test_chapter_asks_the_reader_to_predict_first(number):
     text = next(CHAPTERS.glob(f"{number}-*.md")).read_text()
     asks = re.findall(r'question\("Before you ([^"]+)"', text)

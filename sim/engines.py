@@ -9,8 +9,7 @@ documentation read does not state a feature, the claim says "not confirmed": it 
 Status values: "yes", "partial" (stated with a limit that the detail names), "no",
 "not confirmed". The chooser treats only "yes" as meeting a need.
 
->>> r = choose_engines(EngineNeedsParams(hardware="apple"))
->>> [e for e, ok in zip(r.engines, r.fits) if ok]
+>>> choose_engines(EngineNeedsParams(hardware="apple")).fitting
 ['vLLM', 'llama.cpp', 'MLC LLM']
 """
 from __future__ import annotations
@@ -34,6 +33,10 @@ HARDWARE = {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "intel_gpu": "Intel GPU", 
             "browser": "web browser (WebGPU)"}
 QUANT_NEEDS = {"any": "any (or none)", "fp8": "FP8", "awq_gptq": "4-bit AWQ or GPTQ", "gguf": "GGUF",
                "fp4": "FP4 (NVFP4 or MXFP4)"}
+QUANT_TAGS = {"fp8": ("fp8",), "awq_gptq": ("awq", "gptq"), "gguf": ("gguf",), "fp4": ("fp4",)}  # need -> tags
+TAG_LABELS = {"nvidia": "NVIDIA", "amd": "AMD", "intel_gpu": "Intel GPU", "apple": "Apple", "cpu": "CPU",
+              "tpu": "TPU", "ascend": "Ascend", "browser": "browser", "fp8": "FP8", "awq": "AWQ", "gptq": "GPTQ",
+              "gguf": "GGUF", "fp4": "FP4", "tp": "one server", "multi_node": "multi-node", "ep": "EP"}
 MULTI_GPU_NEEDS = {"none": "one GPU is enough", "tp": "split over the GPUs of one server",
                    "multi_node": "span several servers", "ep": "expert parallelism for MoE"}
 
@@ -76,7 +79,7 @@ ENGINES: tuple = (
         "prefix_reuse": _c("yes", "automatic prefix caching (hashed full blocks)", "VLLM_DOCS"),
         "speculative": _c("yes", "speculative decoding (draft models, n-gram, EAGLE and others)", "VLLM_DOCS"),
         "quantization": _c("yes", "AWQ, GPTQ, FP8 and INT8 W8A8, INT4 W4A16, GGUF, bitsandbytes", "VLLM_QUANT",
-                           "fp8", "awq_gptq", "gguf"),
+                           "fp8", "awq", "gptq", "gguf"),
         "parallelism": _c("yes", "tensor and pipeline parallelism across servers; expert and data parallelism",
                           "R34", "tp", "multi_node", "ep"),
         "hardware": _c("yes", "NVIDIA CUDA, AMD ROCm, Intel XPU; x86, Arm and Apple-silicon CPUs; TPU, Gaudi, "
@@ -89,7 +92,7 @@ ENGINES: tuple = (
         "continuous_batching": _c("yes", "continuous batching with an overlapped CPU scheduler", "SGLANG_README"),
         "prefix_reuse": _c("yes", "RadixAttention: cached prefixes kept in a radix tree", "R28"),
         "speculative": _c("yes", "EAGLE-2/3, MTP, draft model, n-gram", "SGLANG_SPEC"),
-        "quantization": _c("yes", "FP4, FP8, INT4, AWQ, GPTQ", "SGLANG_README", "fp8", "awq_gptq", "fp4"),
+        "quantization": _c("yes", "FP4, FP8, INT4, AWQ, GPTQ", "SGLANG_README", "fp8", "awq", "gptq", "fp4"),
         "parallelism": _c("yes", "tensor, pipeline, expert and data parallelism; multi-node deployment",
                           "SGLANG_README", "tp", "multi_node", "ep"),
         "hardware": _c("yes", "NVIDIA, AMD, Intel Xeon CPUs, Google TPU, Ascend NPU", "SGLANG_DOCS",
@@ -102,7 +105,7 @@ ENGINES: tuple = (
         "prefix_reuse": _c("yes", "KV cache reuse across requests", "TRTLLM_DOCS"),
         "speculative": _c("yes", "draft model, n-gram, Medusa, EAGLE", "TRTLLM_DOCS"),
         "quantization": _c("yes", "FP8, NVFP4 and MXFP4, INT4 AWQ and GPTQ, INT8 SmoothQuant", "TRTLLM_DOCS",
-                           "fp8", "awq_gptq", "fp4"),
+                           "fp8", "awq", "gptq", "fp4"),
         "parallelism": _c("yes", "tensor, pipeline and expert parallelism, multi-node", "TRTLLM_DOCS",
                           "tp", "multi_node", "ep"),
         "hardware": _c("yes", "NVIDIA GPUs", "TRTLLM_DOCS", "nvidia"),
@@ -128,7 +131,7 @@ ENGINES: tuple = (
         "prefix_reuse": _c("partial", "a conversation's cache is kept between turns; sharing a prefix between "
                                       "different requests is not stated", "LMDEPLOY"),
         "speculative": _c(NC, "not stated in the pages read", "LMDEPLOY"),
-        "quantization": _c("yes", "4-bit AWQ weights (W4A16), INT8 and INT4 KV cache", "LMDEPLOY", "awq_gptq"),
+        "quantization": _c("yes", "4-bit AWQ weights (W4A16), INT8 and INT4 KV cache", "LMDEPLOY", "awq"),
         "parallelism": _c("yes", "tensor parallelism", "LMDEPLOY", "tp"),
         "hardware": _c("yes", "NVIDIA GPUs (TurboMind); Huawei Ascend (PyTorch engine)", "LMDEPLOY",
                        "nvidia", "ascend"),
@@ -153,7 +156,7 @@ ENGINES: tuple = (
         "prefix_reuse": _c(NC, "not stated in the pages read", "TGI_DOCS"),
         "speculative": _c("yes", "Medusa heads and n-gram speculation", "TGI_DOCS"),
         "quantization": _c("yes", "bitsandbytes, GPTQ, AWQ, Marlin, EETQ, EXL2, FP8", "TGI_DOCS",
-                           "fp8", "awq_gptq"),
+                           "fp8", "awq", "gptq"),
         "parallelism": _c("yes", "tensor parallelism over several GPUs", "TGI_DOCS", "tp"),
         "hardware": _c("partial", "NVIDIA GPUs; other accelerators not confirmed here", "TGI_DOCS", "nvidia"),
     }),
@@ -192,14 +195,25 @@ class EngineChoiceResult:
 
     engines: list               # display names, table order
     fits: np.ndarray            # (engines,) bool
+    fitting: list               # names of the engines that fit, table order
     reasons: list               # per engine: the needs it meets, or the first need it misses and why
     features: list              # feature labels, column order
     status: list                # [engine][feature] claim status
+    summary: list               # [engine][feature] short cell text: the status, or the matched values
     detail: list                # [engine][feature] claim detail
     source: list                # [engine][feature] reference key
     as_of: list                 # [engine][feature] date the source was read
     needs: list                 # the needs applied, in words
     note: str
+
+
+def _summary(feature: str, c: Claim) -> str:
+    """A table cell: the values a need can match (formats, layouts, hardware), else the status."""
+    if feature == "status":
+        return "maintained" if c.status == "yes" else "archived"
+    if c.tags:
+        return ", ".join(TAG_LABELS[t] for t in c.tags)
+    return c.status
 
 
 def _miss(e: Engine, feature: str, need: str) -> str:
@@ -220,7 +234,7 @@ def _check(e: Engine, p: EngineNeedsParams) -> tuple[bool, str]:
     met.append(HARDWARE[p.hardware])
     if p.quantization != "any":
         q = e.claims["quantization"]
-        if p.quantization not in q.tags:
+        if not set(QUANT_TAGS[p.quantization]) & set(q.tags):
             return False, f"{QUANT_NEEDS[p.quantization]}: not listed ({q.detail})"
         met.append(QUANT_NEEDS[p.quantization])
     if p.multi_gpu != "none":
@@ -242,8 +256,7 @@ def choose_engines(params: EngineNeedsParams = EngineNeedsParams()) -> EngineCho
     Only claims with status "yes" (or, for hardware, formats and layouts, a listed tag) meet a
     need; "partial" and "not confirmed" do not, and the reason says which claim failed.
 
-    >>> r = choose_engines(EngineNeedsParams(quantization="fp4", multi_gpu="multi_node"))
-    >>> [e for e, ok in zip(r.engines, r.fits) if ok]
+    >>> choose_engines(EngineNeedsParams(quantization="fp4", multi_gpu="multi_node")).fitting
     ['SGLang', 'TensorRT-LLM']
     """
     p = params
@@ -260,10 +273,12 @@ def choose_engines(params: EngineNeedsParams = EngineNeedsParams()) -> EngineCho
     grid = [[e.claims[f] for f in FEATURES] for e in ENGINES]
     return EngineChoiceResult(
         engines=[e.name for e in ENGINES], fits=np.array([ok for ok, _ in checked]),
+        fitting=[e.name for e, (ok, _) in zip(ENGINES, checked) if ok],
         reasons=[why for _, why in checked], features=[FEATURE_LABELS[f] for f in FEATURES],
-        status=[[c.status for c in row] for row in grid], detail=[[c.detail for c in row] for row in grid],
+        status=[[c.status for c in row] for row in grid], summary=[[_summary(f, c) for f, c in zip(FEATURES, row)]
+                                                                   for row in grid], detail=[[c.detail for c in row] for row in grid],
         source=[[c.source for c in row] for row in grid], as_of=[[c.as_of for c in row] for row in grid],
         needs=needs,
         note=(f"Each entry restates what the engine's documentation said when read on {AS_OF} (the key names the "
               "source on the references page). 'Not confirmed' means the pages read did not state it, not that "
-              "the engine lacks it. Engines change monthly: check the current documentation before deciding."))
+              "the engine lacks it. Engines change often: check the current documentation before deciding."))

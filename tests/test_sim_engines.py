@@ -37,7 +37,8 @@ def test_tgi_is_archived_on_the_date_the_plan_states():
 
 def fitting(**needs) -> list[str]:
     r = E.choose_engines(E.EngineNeedsParams(**needs))
-    return [name for name, ok in zip(r.engines, r.fits) if ok]
+    assert r.fitting == [name for name, ok in zip(r.engines, r.fits) if ok]
+    return r.fitting
 
 
 @pytest.mark.parametrize("needs, expected", [
@@ -47,6 +48,7 @@ def fitting(**needs) -> list[str]:
     ({"hardware": "browser"}, ["MLC LLM"]),
     ({"hardware": "ascend"}, ["vLLM", "SGLang", "LMDeploy"]),
     ({"quantization": "gguf"}, ["vLLM", "llama.cpp"]),
+    ({"quantization": "awq_gptq"}, ["vLLM", "SGLang", "TensorRT-LLM", "LMDeploy"]),   # LMDeploy by AWQ alone
     ({"quantization": "fp4", "multi_gpu": "multi_node"}, ["SGLang", "TensorRT-LLM"]),
     ({"multi_gpu": "ep"}, ["vLLM", "SGLang", "TensorRT-LLM"]),
     ({"hardware": "amd", "multi_gpu": "tp", "prefix_reuse": True, "speculative": True}, ["vLLM", "SGLang"]),
@@ -71,6 +73,9 @@ def test_table_is_engines_by_features():
     assert len(r.status) == len(r.engines) == len(E.ENGINES)
     assert all(len(row) == len(r.features) == len(E.FEATURES) for row in r.status + r.source + r.as_of)
     assert r.needs == ["NVIDIA GPU", "maintained"]
+    cells = dict(zip(r.engines, r.summary))
+    assert cells["TGI"][0] == "archived" and cells["llama.cpp"][r.features.index("quantized checkpoints")] == "GGUF"
+    assert cells["TensorRT-LLM"][-1] == "NVIDIA" and cells["MLC LLM"][1] == "not confirmed"
 
 
 @pytest.mark.parametrize("field, value, match", [

@@ -275,8 +275,9 @@ def choose_engines(params: EngineNeedsParams = EngineNeedsParams()) -> EngineCho
         engines=[e.name for e in ENGINES], fits=np.array([ok for ok, _ in checked]),
         fitting=[e.name for e, (ok, _) in zip(ENGINES, checked) if ok],
         reasons=[why for _, why in checked], features=[FEATURE_LABELS[f] for f in FEATURES],
-        status=[[c.status for c in row] for row in grid], summary=[[_summary(f, c) for f, c in zip(FEATURES, row)]
-                                                                   for row in grid], detail=[[c.detail for c in row] for row in grid],
+        status=[[c.status for c in row] for row in grid],
+        summary=[[_summary(f, c) for f, c in zip(FEATURES, row)] for row in grid],
+        detail=[[c.detail for c in row] for row in grid],
         source=[[c.source for c in row] for row in grid], as_of=[[c.as_of for c in row] for row in grid],
         needs=needs,
         note=(f"Each entry restates what the engine's documentation said when read on {AS_OF} (the key names the "

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from sim import (attention, engines, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline, sampling,
-                 scheduler, speculative)
+from sim import (attention, engines, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline,
+                 sampling, scheduler, speculative)
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ def test_reasons_name_the_missing_need_and_the_claim_behind_it():
     assert why["llama.cpp"].startswith("prefix reuse across requests: only in part (cache_prompt")
     assert why["vLLM"] == "meets: AMD GPU; prefix reuse across requests"
     spec = E.choose_engines(E.EngineNeedsParams(speculative=True))
-    assert dict(zip(spec.engines, spec.reasons))["MLC LLM"] == "speculative decoding: not confirmed in its documentation"
+    why_not = dict(zip(spec.engines, spec.reasons))
+    assert why_not["MLC LLM"] == "speculative decoding: not confirmed in its documentation"
 
 
 def test_table_is_engines_by_features():

@@ -95,7 +95,8 @@ def build() -> FigureView:
         if ch is None:
             rows += [("layout", "none fits in the GPUs allowed")]
         else:
-            rows += [("layout", f"{_name(ch)} x {copies.value} copies = {res.gpus} GPUs"),
+            rows += [("layout", f"{_name(ch)} x {copies.value} " + ("copy" if copies.value == 1 else "copies")
+                      + f" = {res.gpus} GPUs"),
                      ("per GPU: weights + KV + reserve",
                       f"{ch.weight_bytes_per_gpu / GiB:,.1f} + {ch.kv_bytes_per_gpu / GiB:,.1f} + "
                       f"{ch.reserve_bytes_per_gpu / GiB:,.1f} = {fmt_gib(ch.used_bytes_per_gpu)}"),
@@ -103,14 +104,16 @@ def build() -> FigureView:
                      ("per user", f"{ch.tokens_per_s_per_user:,.1f} tokens/s"),
                      ("total, all copies", f"{res.tokens_per_s_total:,.0f} tokens/s")]
         if res.num_experts > 1:
-            rows += [("parameters: active / total", f"{res.active_params / 1e9:,.1f} B / {res.total_params / 1e9:,.1f} B"),
+            rows += [("parameters: active / total",
+                      f"{res.active_params / 1e9:,.1f} B / {res.total_params / 1e9:,.1f} B"),
                      (f"experts touched at {users.value} tokens", f"{res.experts_touched:.2f} of {res.num_experts}"),
                      (f"EP {res.expert_parallel}: experts per GPU", f"{res.experts_per_gpu:g}, "
                       f"{res.experts_touched_per_gpu:.2f} touched")]
         numbers.object = rows_table(rows)
         note.object = provenance(
             f"{res.model} on {res.gpu}, {dtype.value} weights, bf16 KV cache. Memory in GiB as the driver reports "
-            f"it ({fmt_gib(res.device_bytes)} per GPU); the engine may use {d.memory_utilisation:.0%} of it (vLLM's default), less an "
+            f"it ({fmt_gib(res.device_bytes)} per GPU); the engine may use {d.memory_utilisation:.0%} of it "
+            f"(vLLM's default), less an "
             f"assumed {fmt_gib(d.reserve_bytes, 0)} reserve for activations. TP inside a server of "
             f"{d.gpus_per_node} GPUs, PP only across full servers; all-reduces over NVLink (PCIe where the GPU "
             f"has none), stage hand-offs over 400 Gb/s InfiniBand (assumed). {res.routing_note} "

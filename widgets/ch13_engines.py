@@ -13,7 +13,8 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 
-from sim.engines import AS_OF, ENGINES, FEATURES, HARDWARE, MULTI_GPU_NEEDS, QUANT_NEEDS, EngineNeedsParams, choose_engines
+from sim.engines import (AS_OF, ENGINES, FEATURES, HARDWARE, MULTI_GPU_NEEDS, QUANT_NEEDS, EngineNeedsParams,
+                         choose_engines)
 from widgets.base import (CONTROL_WIDTH, GREEN, GREY, VERMILION, YELLOW, FigureView, inset_legend, legend_glyph, plot,
                           provenance, readout, watch)
 

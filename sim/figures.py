@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from sim import (attention, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline, sampling,
-                 scheduler, speculative)
+from sim import (attention, engines, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline,
+                 sampling, scheduler, speculative)
 
 
 @dataclass(frozen=True)
@@ -52,4 +52,5 @@ FIGURES: dict = {
     "ch10-quant": FigureSim(quant.quantize_demo, quant.QuantDemoParams, ("quant",)),
     "ch11-pruning": FigureSim(pruning.predict_pruning_speedup, pruning.PruningParams, ("pruning", "roofline")),
     "ch12-parallel": FigureSim(parallel.plan_parallel, parallel.ParallelParams, ("parallel", "roofline")),
+    "ch13-engines": FigureSim(engines.choose_engines, engines.EngineNeedsParams, ("engines",)),
 }

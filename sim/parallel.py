@@ -8,6 +8,13 @@
   visits every stage in turn, so one user's step is not faster; stages talk over the
   network between servers (R32, R34).
 - DP copies the whole deployment: more throughput, no more room per copy.
+- EP (mixture-of-experts models) places whole experts on different GPUs instead of slicing
+  every expert: each GPU holds experts / EP of them, and a step touches only the experts
+  its tokens were routed to.
+
+Memory per GPU follows the KV-budget convention of `sim.kv.kv_budget_bytes`: the engine
+may use `memory_utilisation` of the driver-reported memory (vLLM's 0.9), less an assumed
+activation reserve; weights and cache must fit in what is left.
 
 Ring all-reduce of `m` bytes over `tp` GPUs: latency + 2 (tp - 1) / tp x m / link
 bandwidth (one direction); where the GPU's calibration has a measured all-reduce (fitted
@@ -29,8 +36,11 @@ from sim.calibration import Calibration, for_gpu
 from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
+from sim.kv import ACTIVATION_RESERVE_BYTES, VLLM_GPU_MEMORY_UTILIZATION, kv_cache_bytes
+from sim.models import parameter_breakdown
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, forward_pass, launched_step_time_s, stored_weight_bytes
+from sim.roofline import (Batch, Precision, expected_experts_touched, forward_pass, launched_step_time_s,
+                          stored_weight_bytes)
 
 PCIE_GEN4_X16_BYTES_PER_S = 32e9     # PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes ~ 32 GB/s each way (no-NVLink GPUs)
 ALLREDUCE_LATENCY_S = 10e-6          # assumed fixed cost of one small all-reduce (launch + synchronisation)
@@ -117,10 +127,14 @@ class ParallelParams:
     users: int = 16                     # sequences decoding together
     context_tokens: int = 8192          # tokens each user holds in the cache
     gpus_per_node: int = 8              # TP stays inside one server
-    reserve_fraction: float = 0.10      # memory per GPU held back (activations, graphs): vLLM's 0.9 utilisation
+    memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION  # share of each GPU's memory the engine may use
+    reserve_bytes: float = ACTIVATION_RESERVE_BYTES  # per GPU, for activations and workspaces (assumed, as sim.kv)
     data_parallel: int = 1              # copies of the whole deployment
     max_gpus: int = 64
     cuda_graphs: bool = True
+    moe_max_tokens: int = 4096          # the experts-touched curve runs over 1 .. this many tokens per step
+
+    LIMITS = {"moe_max_tokens": (2 ** 16, "tokens")}   # a curve of at most 17 points
 
     def __post_init__(self) -> None:
         bytes_per_elem(self.weight_dtype)
@@ -128,9 +142,11 @@ class ParallelParams:
         check_int("users", self.users, minimum=1)
         check_int("context_tokens", self.context_tokens, minimum=0)
         check_int("gpus_per_node", self.gpus_per_node, minimum=1)
-        check_range("reserve_fraction", self.reserve_fraction, 0.0, 0.99)
+        check_range("memory_utilisation", self.memory_utilisation, 0.05, 1.0)
+        check_non_negative("reserve_bytes", self.reserve_bytes)
         check_int("data_parallel", self.data_parallel, minimum=1)
         check_int("max_gpus", self.max_gpus, minimum=1)
+        check_int("moe_max_tokens", self.moe_max_tokens, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -142,9 +158,9 @@ class ParallelLayout:
     gpus: int                           # tp x pp (one copy)
     weight_bytes_per_gpu: float
     kv_bytes_per_gpu: float
-    reserve_bytes_per_gpu: float
-    used_bytes_per_gpu: float
-    fits: bool
+    reserve_bytes_per_gpu: float        # the activation reserve
+    used_bytes_per_gpu: float           # weights + KV + reserve
+    fits: bool                          # used <= memory_utilisation x device memory
     step_time_s: float                  # one decode step for all users
     comm_time_s: float                  # all-reduces and stage hand-offs in that step
     tokens_per_s_per_user: float
@@ -157,9 +173,11 @@ class ParallelResult:
 
     model: str
     gpu: str
+    device_bytes: float                 # one GPU's memory as the driver reports it
+    limit_bytes_per_gpu: float          # memory_utilisation x device_bytes: what weights, KV and reserve may use
     weight_bytes: float                 # whole model at weight_dtype
     kv_bytes: float                     # all users' caches
-    min_gpus_by_memory: int             # ceil((weights + KV) / usable memory per GPU)
+    min_gpus_by_memory: int             # ceil((weights + KV) / (limit - reserve))
     chosen: Optional[ParallelLayout]    # fewest GPUs that fit (then the largest TP); None if nothing fits
     gpus: int                           # chosen GPUs x data_parallel (0 if nothing fits)
     tokens_per_s_total: float           # chosen throughput x data_parallel
@@ -170,7 +188,24 @@ class ParallelResult:
     candidate_used_bytes_per_gpu: np.ndarray  # (n,)
     candidate_fits: np.ndarray          # (n,) bool
     candidate_step_time_s: np.ndarray   # (n,)
+    candidate_comm_time_s: np.ndarray   # (n,)
+    candidate_weight_bytes_per_gpu: np.ndarray  # (n,)
+    candidate_kv_bytes_per_gpu: np.ndarray      # (n,)
+    # mixture of experts (a dense model: 1 expert, always touched)
+    total_params: int                   # every stored weight
+    active_params: int                  # weights one token uses (MoE: only its routed experts)
+    num_experts: int                    # MLP experts per layer
+    experts_per_token: int              # top-k
+    expert_bytes: float                 # one expert of one layer at weight_dtype
+    experts_touched: float              # expected distinct experts per layer in one step of `users` tokens
+    expert_parallel: int                # EP degree if the chosen TP group held whole experts (gcd(experts, TP))
+    experts_per_gpu: float              # experts / EP
+    experts_touched_per_gpu: float      # expected experts one GPU of the EP group reads per layer and step
+    moe_tokens: np.ndarray              # (n,) tokens in one step: 1, 2, 4, ... moe_max_tokens
+    moe_experts_touched: np.ndarray     # (n,) expected distinct experts per layer at each
+    moe_expert_bytes_read: np.ndarray   # (n,) expert weight bytes one step reads, all layers
     calibration_note: str
+    routing_note: str                   # the assumption behind the experts-touched numbers
 
 
 def plan_parallel(params: ParallelParams = ParallelParams(),
@@ -179,11 +214,16 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
 
     Layouts: TP = 1, 2, 4, ... up to a server's GPUs; PP > 1 only with a full server of TP.
     The chosen layout is the one with the fewest GPUs that fits, then the largest TP.
-    Memory per GPU = weights / (TP x PP) + KV / (PP x min(TP, KV heads)) + reserve
-    (KV heads are split by TP and replicated once TP exceeds them). Step time per GPU:
+    Memory per GPU = weights / (TP x PP) + KV / (PP x min(TP, KV heads)) + reserve, which
+    must stay within memory_utilisation x the device's memory (KV heads are split by TP and
+    replicated once TP exceeds them). Step time per GPU:
     every op's FLOPs and bytes split TP ways (elementwise ops replicated), summed over
     all layers (PP does not shorten one token's path), plus 2 all-reduces per layer and
     PP - 1 stage hand-offs.
+
+    For a mixture-of-experts model, the experts one step reads follow from uniform top-k
+    routing (an assumption: real routers are not uniform): B tokens touch on average
+    E x (1 - (1 - k / E) ** B) distinct experts per layer (`expected_experts_touched`).
 
     >>> r = plan_parallel()                  # Llama 3.1 70B, bf16, 16 users x 8K on H100
     >>> (r.chosen.tp, r.chosen.pp)
@@ -194,9 +234,13 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
     cal = calibration if calibration is not None else for_gpu(g)
     prec = Precision(weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     weights = stored_weight_bytes(m, prec)
-    kv_total = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * p.context_tokens * p.users * bytes_per_elem(p.kv_dtype)
-    reserve = p.reserve_fraction * g.memory_bytes
-    usable = g.memory_bytes - reserve
+    kv_total = float(kv_cache_bytes(m.num_layers, m.num_kv_heads, m.head_dim, p.context_tokens, p.users,
+                                    bytes_per_elem(p.kv_dtype)))
+    reserve = p.reserve_bytes
+    limit = p.memory_utilisation * g.memory_bytes
+    if limit <= reserve:
+        raise ValueError(f"reserve_bytes ({reserve:.3g}) leaves nothing of memory_utilisation x the "
+                         f"{g.display_name}'s memory ({limit:.3g} bytes)")
     f = forward_pass(m, g, Batch.decode(p.users, p.context_tokens), prec, cal, p.cuda_graphs)
     link = g.nvlink_bytes_per_s_per_direction or PCIE_GEN4_X16_BYTES_PER_S
     msg = p.users * m.hidden_size * bytes_per_elem(prec.act_dtype)
@@ -220,21 +264,40 @@ def plan_parallel(params: ParallelParams = ParallelParams(),
             step = compute + comm
             layouts.append(ParallelLayout(tp=tp, pp=pp, gpus=tp * pp, weight_bytes_per_gpu=w_gpu,
                                           kv_bytes_per_gpu=kv_gpu, reserve_bytes_per_gpu=reserve,
-                                          used_bytes_per_gpu=used, fits=used <= g.memory_bytes, step_time_s=step,
+                                          used_bytes_per_gpu=used, fits=used <= limit, step_time_s=step,
                                           comm_time_s=comm, tokens_per_s_per_user=1.0 / step,
                                           tokens_per_s_total=p.users / step))
-            if used <= g.memory_bytes:
+            if used <= limit:
                 break              # more stages would only add hand-offs
     layouts.sort(key=lambda l: (l.gpus, -l.tp))
     fitting = [l for l in layouts if l.fits]
     chosen = fitting[0] if fitting else None
+    counts = parameter_breakdown(m)
+    E, k = m.num_experts, m.experts_per_token
+    expert_bytes = counts.mlp_per_layer / E * bytes_per_elem(p.weight_dtype)
+    ep = math.gcd(E, chosen.tp if chosen else 1)
+    touched = expected_experts_touched(E, k, p.users) if m.is_moe else 1.0
+    tokens = np.unique(np.append(2 ** np.arange(int(math.log2(p.moe_max_tokens)) + 1), p.users))
+    curve = (E * (1.0 - (1.0 - k / E) ** tokens.astype(float))) if m.is_moe else np.ones(len(tokens))
     return ParallelResult(
-        model=m.display_name, gpu=g.display_name, weight_bytes=weights, kv_bytes=kv_total,
-        min_gpus_by_memory=int(math.ceil((weights + kv_total) / usable)),
+        model=m.display_name, gpu=g.display_name, device_bytes=g.memory_bytes, limit_bytes_per_gpu=limit,
+        weight_bytes=weights, kv_bytes=kv_total,
+        min_gpus_by_memory=int(math.ceil((weights + kv_total) / (limit - reserve))),
         chosen=chosen, gpus=(chosen.gpus * p.data_parallel) if chosen else 0,
         tokens_per_s_total=(chosen.tokens_per_s_total * p.data_parallel) if chosen else 0.0,
         candidates=layouts, candidate_gpus=np.array([l.gpus for l in layouts]),
         candidate_tp=np.array([l.tp for l in layouts]), candidate_pp=np.array([l.pp for l in layouts]),
         candidate_used_bytes_per_gpu=np.array([l.used_bytes_per_gpu for l in layouts]),
         candidate_fits=np.array([l.fits for l in layouts]),
-        candidate_step_time_s=np.array([l.step_time_s for l in layouts]), calibration_note=cal.note)
+        candidate_step_time_s=np.array([l.step_time_s for l in layouts]),
+        candidate_comm_time_s=np.array([l.comm_time_s for l in layouts]),
+        candidate_weight_bytes_per_gpu=np.array([l.weight_bytes_per_gpu for l in layouts]),
+        candidate_kv_bytes_per_gpu=np.array([l.kv_bytes_per_gpu for l in layouts]),
+        total_params=counts.total, active_params=counts.active, num_experts=E, experts_per_token=k,
+        expert_bytes=expert_bytes, experts_touched=touched, expert_parallel=ep, experts_per_gpu=E / ep,
+        experts_touched_per_gpu=touched / ep, moe_tokens=tokens, moe_experts_touched=curve,
+        moe_expert_bytes_read=curve * expert_bytes * m.num_layers, calibration_note=cal.note,
+        routing_note=(f"Experts touched assume uniform top-{k} routing over {E} experts: B tokens touch "
+                      f"{E} x (1 - (1 - {k}/{E})^B) distinct experts per layer on average; real routers "
+                      "favour some experts, so fewer distinct experts and a busier busiest GPU."
+                      if m.is_moe else f"{m.display_name} is dense: every token uses every weight."))

@@ -28,6 +28,8 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY,
 
 FIGURE_ID = "ch01-pipeline"
 TITLE = "One generation step, stage by stage"
+COMPUTE = describe_pipeline
+PARAMS = PipelineParams
 STAGES = ["tokenize", "embed", "attention", "mlp", "head", "sample", "repeat"]   # the stepper's steps
 STAGE_LABELS = {"tokenize": "tokenize", "embed": "embed", "attention": "attention", "mlp": "MLP",
                 "head": "head", "sample": "sample", "repeat": "repeat"}

@@ -21,6 +21,8 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, FigureView, 
 
 FIGURE_ID = "ch03-hierarchy"
 TITLE = "The GPU memory hierarchy: capacity and bandwidth of each level"
+COMPUTE = memory_hierarchy
+PARAMS = HierarchyParams
 
 # basis keyword (the first word of HierarchyResult.bandwidth_basis) -> legend group
 GROUPS = {"datasheet": "published", "published": "published", "derived": "derived", "assumed": "assumed"}

@@ -23,6 +23,8 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureV
 
 FIGURE_ID = "ch05-load"
 TITLE = "A loaded server: TTFT and TPOT of every request, their P50 and P99, and the share meeting the SLO"
+COMPUTE = simulate_load
+PARAMS = LoadParams
 
 DEFAULTS = LoadParams()
 GPUS = ["H100-SXM", "H200", "A100-80GB", "B200"]

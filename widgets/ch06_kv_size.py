@@ -24,6 +24,8 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, VERMILION, FigureVi
 
 FIGURE_ID = "ch06-kv-size"
 TITLE = "KV cache size against context, batch, precision and attention type"
+COMPUTE = kv_size
+PARAMS = KVSizeParams
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ATTENTION = {"as trained": "model", "MHA": "mha", "MQA": "mqa", "GQA-8": "gqa"}   # extremes, then the middle
 GB = 1e9

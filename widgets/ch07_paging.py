@@ -13,16 +13,16 @@ allocating 16-token blocks: the share of reserved KV slots that stay empty.
 
 Controls: step (a stepper through the replay), prefix caching on/off, system prompt
 length; for the waste panel, the length a contiguous allocator reserves and the block
-size. Sim calls: sim.paging.compare_prefix_caching (when the system prompt changes;
-stepping and the caching switch only pick a frame of its result) and
-sim.paging.reservation_waste (when a waste control changes).
+size. One call: sim.paging.compare_prefix_caching, when the system prompt or a waste
+control changes (its result carries the waste panel's numbers); stepping and the caching
+switch only pick a frame of its result.
 """
 from __future__ import annotations
 
 import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, Legend, LegendItem, Range1d
 
-from sim.paging import PagingParams, WasteParams, compare_prefix_caching, reservation_waste
+from sim.paging import PagingParams, WasteParams, compare_prefix_caching
 from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, legend_glyph,
                           plot, provenance, readout, rows_table, stepper, watch)
 
@@ -177,7 +177,8 @@ def build() -> FigureView:
 
     def recompute(new: bool = True) -> None:
         if new:
-            state["comparison"] = compare_prefix_caching(PagingParams(system_prompt_tokens=system.value))
+            state["comparison"] = compare_prefix_caching(PagingParams(
+                system_prompt_tokens=system.value, waste=WasteParams(max_seq_len=reserve.value, block_size=block.value)))
         c = state["comparison"]
         on, off = c.with_caching, c.without_caching
         longest = max(len(t) for run in (on, off) for f in run.frames for t in f.block_tables.values())
@@ -194,10 +195,7 @@ def build() -> FigureView:
             f"{body}</table>"
             f'<p style="margin:2px 0;font-size:13px">Caching saves <b>{c.blocks_saved}</b> block allocations '
             f"(<b>{c.peak_blocks_saved}</b> at the peak) and <b>{c.prefill_tokens_saved}</b> prefill tokens.</p>")
-        show()
-
-    def recompute_waste() -> None:
-        w = reservation_waste(WasteParams(max_seq_len=reserve.value, block_size=block.value))
+        w = c.waste
         waste.data = {"request": list(range(1, len(w.lengths_tokens) + 1)), "used": w.lengths_tokens,
                       "paged": w.paged_reserved_tokens, "contiguous": w.contiguous_reserved_tokens}
         waste_numbers.object = rows_table([
@@ -205,19 +203,12 @@ def build() -> FigureView:
             ("unused, paged", f"{100 * w.paged_waste_fraction:.1f}% of reserved"),
             ("KV slots used", f"{w.used_tokens:,} tokens"),
         ])
+        note.object = provenance(c.note)
+        show()
 
     watch([step, caching], show)
-    watch([system], recompute)
-    watch([reserve, block], recompute_waste)
+    watch([system, reserve, block], recompute)
     recompute(new=False)
-    recompute_waste()
-    note.object = provenance(
-        f"Replay: {n_req} requests with user turns of {', '.join(map(str, DEFAULT.user_tokens))} tokens and "
-        f"{', '.join(map(str, DEFAULT.output_tokens))} output tokens; D arrives after the first request finishes. "
-        f"Pool of {n_blocks} blocks of {DEFAULT.block_size} tokens; token ids are synthetic (seed {DEFAULT.seed}), "
-        f"hashes are 64-bit BLAKE2b chained over blocks, first 8 hex digits shown. "
-        f"Waste panel: {WASTE.requests} requests, lengths lognormal with median {WASTE.median_tokens:.0f} tokens "
-        f"(sigma {WASTE.sigma}), cut at the reservation. Memory counts only; no GPU timing is modelled.")
     layout = pn.Column(
         pn.Row(pn.Column(step, caching, system, counts, compare, width=CONTROL_WIDTH + 20),
                pn.Column(description, pn.pane.Bokeh(p_pool), pn.pane.Bokeh(p_tab))),

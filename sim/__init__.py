@@ -19,5 +19,7 @@ Importing `sim` imports nothing else; import the module a figure needs:
     parallel     tensor / pipeline / data parallel planner
     sampling     temperature, top-k, top-p
     pipeline     the stages of one forward call and where the weights live
-    figures      which function computes each figure
+
+Which function computes each figure is declared by the figure's module in widgets/
+(COMPUTE, PARAMS).
 """

@@ -144,6 +144,9 @@ class FlashResult:
     traffic_ratio_min_at: float         # naive / tiled floor bytes
     bandwidth_bytes_per_s: float        # effective bandwidth used
     calibration_note: str
+    tiled_min_bytes_at: float           # the floor at the chosen N
+    tiled_min_time_s_at: float
+    note: str                           # what is modelled, and the calibration
 
 
 def compare_flash_attention(params: FlashParams = FlashParams(),
@@ -180,7 +183,10 @@ def compare_flash_attention(params: FlashParams = FlashParams(),
         tiled_bytes_at=float(tiled[i]), score_matrix_bytes_at=float(scores[i]), naive_time_s_at=float(t_naive[i]),
         tiled_time_s_at=float(t_tiled[i]), traffic_ratio_at=float(naive[i] / tiled[i]),
         traffic_ratio_min_at=float(naive[i] / floor[i]), bandwidth_bytes_per_s=bw,
-        calibration_note=cal.note)
+        calibration_note=cal.note, tiled_min_bytes_at=float(floor[i]), tiled_min_time_s_at=float(t_floor[i]),
+        note=(f"{'One attention head' if h == 1 else f'{h} attention heads'}, head dim {p.head_dim}, {p.dtype} "
+              f"({b:g} bytes per score), no causal mask; both variants do the same FLOPs. "
+              f"Time = max(bytes / bandwidth, FLOPs / FLOP/s). {cal.note}"))
 
 
 # --------------------------------------------------------------------------------------------

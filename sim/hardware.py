@@ -323,6 +323,20 @@ class HierarchyResult:
     bandwidth_basis: list[str]           # per level: how the bandwidth was obtained
     bandwidth_over_dram: np.ndarray      # (levels,) bandwidth / DRAM bandwidth
     dram_over_capacity: np.ndarray       # (levels,) DRAM capacity / capacity: how many times smaller the level is
+    capacity_text: list[str]             # per level: "50.0 MiB" on chip, "85.5 GB" for DRAM
+    bandwidth_text: list[str]            # per level: "3.35 TB/s", "not known" where nan
+    note: str                            # where each number comes from, with the sources
+
+
+def _capacity_text(level: str, nbytes: float) -> str:
+    return f"{nbytes / 1e9:,.1f} GB" if level in ("HBM", "GDDR") else f"{nbytes / 2 ** 20:,.1f} MiB"
+
+
+def _bandwidth_text(bytes_per_s: float) -> str:
+    if math.isnan(bytes_per_s):
+        return "not known"
+    tbs = bytes_per_s / 1e12
+    return f"{tbs:,.0f} TB/s" if tbs >= 100 else f"{tbs:,.3g} TB/s"
 
 
 def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) -> HierarchyResult:
@@ -375,4 +389,14 @@ def memory_hierarchy(gpu: Union[str, GPU, HierarchyParams] = HierarchyParams()) 
     return HierarchyResult(gpu=g.display_name, levels=levels, capacity_bytes=capacity,
                            bandwidth_bytes_per_s=bandwidth, bandwidth_basis=basis,
                            bandwidth_over_dram=bandwidth / g.hbm_bandwidth_bytes_per_s,
-                           dram_over_capacity=g.memory_bytes / capacity)
+                           dram_over_capacity=g.memory_bytes / capacity,
+                           capacity_text=[_capacity_text(lv, float(c)) for lv, c in zip(levels, capacity)],
+                           bandwidth_text=[_bandwidth_text(float(b)) for b in bandwidth],
+                           note=(f"{g.display_name}. Capacities: per-SM sizes x {g.sm_count} SMs and L2 as published; "
+                                 f"{dram} as the driver reports it ({g.memory_mib:,} MiB; sold as {g.memory_label}). "
+                                 f"Bandwidths: only {dram}'s is on the datasheet. Registers and shared memory are "
+                                 f"derived from the clock and the width of the hardware (three 4-byte operands per "
+                                 f"FP32 lane per clock; 128 bytes per clock per SM); L2 is published per clock for the "
+                                 f"A100 only and assumed at the same bytes per clock elsewhere; where the clock is "
+                                 f"unpublished the on-chip bandwidths are left unknown. "
+                                 f"Sources: {'; '.join(g.sources.values())}."))

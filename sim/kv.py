@@ -155,6 +155,9 @@ class KVSizeResult:
     kv_bytes_by_attention: np.ndarray    # (3,) cache at this context and batch under each variant
     context_grid_tokens: np.ndarray      # (grid_points,) 1 .. max(context, model's max context)
     kv_bytes_grid: np.ndarray            # (grid_points,) cache at this batch for each context
+    kv_heads_by_attention: list          # (3,) KV heads under each variant of attention_kinds
+    query_heads: int
+    note: str                            # the model's shapes, their source and the formula
 
 
 def kv_size(params: KVSizeParams = KVSizeParams()) -> KVSizeResult:
@@ -178,7 +181,11 @@ def kv_size(params: KVSizeParams = KVSizeParams()) -> KVSizeResult:
         kv_bytes=float(kv), weight_bytes=w, kv_over_weights=kv / w, kv_heads=kv_heads_for(m, p.attention),
         bytes_per_token=per_token, batch_where_kv_exceeds_weights=int(math.floor(w / per_conv)) + 1,
         attention_kinds=kinds, kv_bytes_by_attention=by_kind, context_grid_tokens=grid,
-        kv_bytes_grid=grid * per_token * p.batch)
+        kv_bytes_grid=grid * per_token * p.batch, kv_heads_by_attention=[kv_heads_for(m, k) for k in kinds],
+        query_heads=m.num_heads,
+        note=(f"{m.display_name}: {m.num_layers} layers, {m.num_heads} query heads, {m.num_kv_heads} KV heads of "
+              f"{m.head_dim} ({m.source}). Bytes = 2 (K and V) x layers x KV heads x head dim x tokens x "
+              f"conversations x bytes per element; weights in {p.weight_dtype}. GB = 10^9 bytes, GiB = 2^30 bytes."))
 
 
 # --------------------------------------------------------------------------------------------

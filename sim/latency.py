@@ -144,6 +144,9 @@ class LatencyResult:
     prompt_grid_tokens: np.ndarray      # (n,) prompt lengths for the attention-share curve
     attention_share_grid: np.ndarray    # (n,) attention share of prefill time at each prompt length
     calibration_note: str
+    slo_ttft_s: float                   # the SLO's limits, drawn for scale
+    slo_tpot_s: float
+    note: str                           # the setting, the limits and the calibration, in a sentence or three
 
 
 def estimate_latency(params: LatencyParams = LatencyParams(),
@@ -178,7 +181,13 @@ def estimate_latency(params: LatencyParams = LatencyParams(),
         decode_time_s=decode, prefill_attention_time_s=attn, attention_share_of_prefill=attn / ttft,
         tokens_per_s_per_user=1.0 / tpot if out > 1 else math.nan,
         reading_speed_tokens_per_s=reading_speed_tokens_per_s(), meets_slo=bool(meets), slo_name=p.slo.name,
-        prompt_grid_tokens=grid, attention_share_grid=share, calibration_note=cost.calibration.note)
+        prompt_grid_tokens=grid, attention_share_grid=share, calibration_note=cost.calibration.note,
+        slo_ttft_s=p.slo.ttft_s, slo_tpot_s=p.slo.tpot_s,
+        note=(f"{m.display_name} in {p.precision.weight_dtype}, "
+              + ("one request alone on the GPU (TTFT = the prefill). " if users == 1 else
+                 f"{users} identical requests together on the GPU. ")
+              + f"Red: {p.slo.name} limits, TTFT {p.slo.ttft_s * 1e3:.0f} ms and TPOT {p.slo.tpot_s * 1e3:.0f} ms, "
+              f"shown for scale (they were set for a 70B model). {cost.calibration.note}"))
 
 
 @dataclass(frozen=True)
@@ -349,6 +358,7 @@ class LoadResult:
     mean_batch: float                   # time-weighted mean of requests in a step
     slo_name: str
     calibration_note: str
+    note: str                           # the setting and the assumed workload, for the figure
 
 
 def _log_hist(values: np.ndarray, bins: int, lo: float, hi: float) -> tuple:
@@ -387,7 +397,13 @@ def simulate_load(params: LoadParams = LoadParams(), calibration: Optional[Calib
         ttft_misses=int((run.ttft_s > p.slo.ttft_s).sum()), tpot_misses=int((run.tpot_s > p.slo.tpot_s).sum()),
         ttft_edges_s=te, ttft_counts=tc, tpot_edges_s=pe, tpot_counts=pc, metrics=m,
         meets_target=bool(m.slo_attainment >= p.target_attainment),
-        mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=run.calibration_note)
+        mean_batch=float((durs * in_step).sum() / durs.sum()), slo_name=p.slo.name, calibration_note=run.calibration_note,
+        note=(f"{resolve_model(p.model).display_name} in bf16 on one {resolve_gpu(p.gpu).display_name}, continuous "
+              f"batching with {p.max_batch} slots. Workload (an assumption, not a measured trace): {p.requests} "
+              f"requests, Poisson arrivals (seed {p.seed}), prompts {p.prompt_tokens_min:,}-{p.prompt_tokens_max:,} "
+              f"and answers {p.output_tokens_min}-{p.output_tokens_max} tokens (log-uniform); P99 of {p.requests} "
+              f"requests is close to the worst one. Limits: {p.slo.name}, TTFT {p.slo.ttft_s * 1e3:.0f} ms and "
+              f"TPOT {p.slo.tpot_s * 1e3:.0f} ms, borrowed for scale. {run.calibration_note}"))
 
 
 @dataclass(frozen=True)

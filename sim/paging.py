@@ -299,6 +299,7 @@ class PagingParams:
     num_blocks: int = 24
     prefix_caching: bool = True
     seed: int = 0                           # draws the token ids of user turns and outputs
+    waste: "WasteParams" = None             # the figure's second panel; None: WasteParams()
 
     # a step-by-step picture of a few blocks: every step is a frame of its own
     LIMITS = {"system_prompt_tokens": (4096, "tokens"), "user_tokens": (4096, "tokens"),
@@ -323,6 +324,8 @@ class PagingParams:
         check_int("block_size", self.block_size, minimum=1)
         check_int("num_blocks", self.num_blocks, minimum=1)
         check_int("seed", self.seed, minimum=0)
+        if self.waste is not None and not isinstance(self.waste, WasteParams):
+            raise ValueError(f"waste must be a WasteParams, got {type(self.waste).__name__}")
 
 
 @dataclass(frozen=True)
@@ -496,6 +499,8 @@ class PrefixCachingComparison:
     blocks_saved: int                # fewer fresh block allocations with caching
     peak_blocks_saved: int           # fewer blocks held at the peak
     prefill_tokens_saved: int        # prompt tokens not recomputed
+    waste: "WasteResult"             # contiguous reservation vs blocks, at params.waste
+    note: str                        # the replay and the waste panel's assumptions
 
 
 def compare_prefix_caching(params: PagingParams = PagingParams()) -> PrefixCachingComparison:
@@ -506,12 +511,23 @@ def compare_prefix_caching(params: PagingParams = PagingParams()) -> PrefixCachi
     True
     """
     from dataclasses import replace
+    p, w = params, params.waste or WasteParams()
     on = simulate_paging(replace(params, prefix_caching=True))
     off = simulate_paging(replace(params, prefix_caching=False))
+    late = [chr(65 + i) for i, r in enumerate(p.arrival_round) if r == -1]
+    note = (f"Replay: {len(p.user_tokens)} requests with user turns of {', '.join(map(str, p.user_tokens))} tokens "
+            f"and {', '.join(map(str, p.output_tokens))} output tokens; "
+            + (f"{', '.join(late)} arrive{'s' if len(late) == 1 else ''} after the first request finishes. "
+               if late else "")
+            + f"Pool of {p.num_blocks} blocks of {p.block_size} tokens; token ids are synthetic (seed {p.seed}), "
+            f"hashes are 64-bit BLAKE2b chained over blocks, first 8 hex digits shown. "
+            f"Waste panel: {w.requests} requests, lengths lognormal with median {w.median_tokens:.0f} tokens "
+            f"(sigma {w.sigma}), cut at the reservation. Memory counts only; no GPU timing is modelled.")
     return PrefixCachingComparison(
         with_caching=on, without_caching=off, blocks_saved=off.blocks_allocated - on.blocks_allocated,
         peak_blocks_saved=off.peak_used_blocks - on.peak_used_blocks,
-        prefill_tokens_saved=sum(off.prefill_tokens_computed.values()) - sum(on.prefill_tokens_computed.values()))
+        prefill_tokens_saved=sum(off.prefill_tokens_computed.values()) - sum(on.prefill_tokens_computed.values()),
+        waste=reservation_waste(w), note=note)
 
 
 # --------------------------------------------------------------------------------------------

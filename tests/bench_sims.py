@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.figures import FIGURES  # noqa: E402
+from tests.figure_sims import FIGURES  # noqa: E402
 
 
 def main() -> int:

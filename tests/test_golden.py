@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.figures import FIGURES
+from tests.figure_sims import FIGURES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SIG_DIGITS = 6            # significant digits a float is stored with

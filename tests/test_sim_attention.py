@@ -80,3 +80,12 @@ def test_thread_blocks_depend_on_how_heads_are_packed():
     assert per_q.speedup_best_vs_unsplit < packed.speedup_best_vs_unsplit
     with pytest.raises(ValueError, match="unknown blocks_per 'warp'; valid values: kv_head, query_head"):
         attention.SplitKVParams(blocks_per="warp")
+
+
+def test_flash_result_carries_the_floor_at_n_and_the_note():
+    r = attention.compare_flash_attention()
+    i = list(r.seq_len_grid).index(r.seq_len)
+    assert r.tiled_min_bytes_at == r.tiled_min_bytes[i] and r.tiled_min_time_s_at == r.tiled_min_time_s[i]
+    assert r.naive_bytes_at / r.tiled_min_bytes_at == r.traffic_ratio_min_at
+    assert r.note.startswith("One attention head, head dim 128, bf16 (2 bytes per score)")
+    assert attention.compare_flash_attention(attention.FlashParams(heads=4)).note.startswith("4 attention heads")

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sim.figures import FIGURES
+from tests.figure_sims import FIGURES
 
 PLAIN = (int, float, str, bool, type(None), np.ndarray, np.integer, np.floating, np.bool_)
 

@@ -116,3 +116,12 @@ def test_b200_on_chip_bandwidth_is_left_unknown():
     r = hardware.memory_hierarchy("B200")
     assert all(math.isnan(x) for x in r.bandwidth_bytes_per_s[:3])
     assert r.bandwidth_bytes_per_s[3] == 8e12
+
+
+def test_hierarchy_carries_the_text_the_figure_prints():
+    r = hardware.memory_hierarchy("H100-SXM")
+    assert r.capacity_text == ["33.0 MiB", "33.0 MiB", "50.0 MiB", "85.5 GB"]      # 132 x 256 KiB; 81,559 MiB
+    assert r.bandwidth_text[-1] == "3.35 TB/s" and r.bandwidth_text[0] == "401 TB/s"
+    assert "as the driver reports it (81,559 MiB; sold as 80 GB)" in r.note
+    b200 = hardware.memory_hierarchy("B200")                 # clock unpublished: on-chip bandwidths unknown
+    assert b200.bandwidth_text[:3] == ["not known"] * 3

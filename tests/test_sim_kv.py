@@ -109,3 +109,12 @@ def test_decode_step_grows_with_context_past_the_crossover():
     assert mid.time_per_output_token_s < 1.07 * short.time_per_output_token_s
     # sixteen users share the weight reads, so the crossover comes 16 times sooner
     assert kv.context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16) == pytest.approx(c_eq / 16, rel=1e-4)
+
+
+def test_kv_size_carries_the_heads_and_note_the_figure_prints():
+    r = kv.kv_size()                                     # Llama 3.1 8B: 32 query heads, 8 KV heads of 128
+    assert dict(zip(r.attention_kinds, r.kv_heads_by_attention)) == {"mha": 32, "gqa": 8, "mqa": 1}
+    assert r.query_heads == 32
+    assert r.note.startswith("Llama 3.1 8B: 32 layers, 32 query heads, 8 KV heads of 128")
+    assert "weights in bf16" in kv.kv_size(kv.KVSizeParams()).note
+    assert "weights in fp8" in kv.kv_size(kv.KVSizeParams(weight_dtype="fp8")).note

@@ -177,3 +177,15 @@ def test_load_params_reject_bad_input():
         latency.LoadParams(target_attainment=1.5)
     with pytest.raises(ValueError, match="prompt_tokens_max"):
         latency.LoadParams(prompt_tokens_min=500, prompt_tokens_max=100)
+
+
+def test_results_carry_the_limits_and_notes_the_figures_print():
+    r = latency.estimate_latency()
+    assert (r.slo_ttft_s, r.slo_tpot_s) == (0.45, 0.04)          # MLPerf v5.0 Llama 2 70B interactive
+    assert r.note.startswith("Llama 3.1 8B in bf16, one request alone on the GPU")
+    assert "TTFT 450 ms and TPOT 40 ms" in r.note and r.calibration_note in r.note
+    together = latency.estimate_latency(latency.LatencyParams(concurrent_users=4))
+    assert "4 identical requests together" in together.note
+    load = latency.simulate_load(latency.LoadParams(gpu="H200", requests=10))
+    assert load.note.startswith("Llama 3.1 8B in bf16 on one NVIDIA H200")
+    assert "10 requests, Poisson arrivals" in load.note and load.calibration_note in load.note

@@ -219,3 +219,13 @@ def test_reservation_waste_arithmetic():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_comparison_carries_the_waste_panel_and_the_note():
+    c = paging.compare_prefix_caching(paging.PagingParams(waste=paging.WasteParams(max_seq_len=1024, block_size=32)))
+    assert repr(c.waste) == repr(paging.reservation_waste(paging.WasteParams(max_seq_len=1024, block_size=32)))
+    assert repr(paging.compare_prefix_caching().waste) == repr(paging.reservation_waste())   # None: the defaults
+    assert "D arrives after the first request finishes" in c.note and "Pool of 24 blocks of 16 tokens" in c.note
+    assert "arrive" not in paging.compare_prefix_caching(paging.PagingParams(arrival_round=(0, 1, 2, 3))).note
+    with pytest.raises(ValueError, match="waste must be a WasteParams"):
+        paging.PagingParams(waste=2048)

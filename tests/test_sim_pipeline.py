@@ -37,3 +37,18 @@ def test_tied_and_moe_models():
 def test_bad_input():
     with pytest.raises(ValueError, match="unknown model"):
         pipeline.PipelineParams(model="x")
+
+
+def test_the_result_carries_the_sampler_and_the_text_the_figure_shows():
+    from sim import sampling
+
+    sp = sampling.SamplingParams(temperature=0.5, top_p=0.9)
+    r = pipeline.describe_pipeline(pipeline.PipelineParams(tokens=5, sampling=sp))
+    assert repr(r.sampling) == repr(sampling.apply_sampling(sp))
+    assert r.stage_weights_text == ["none", "4,096", "1.34 B", "5.64 B", "525 M", "none"]
+    assert set(r.stage_notes) == {*r.stages, "repeat"}
+    assert "70% of the stored weights" in r.stage_notes["mlp"]           # 5.64 B of 8.03 B
+    assert "read 5 times" in r.stage_notes["repeat"]
+    assert "reuses its embedding table" in pipeline.describe_pipeline(
+        pipeline.PipelineParams(model="llama-3.2-1b")).stage_notes["head"]
+    assert r.note.startswith("Llama 3.1 8B: 8.03 B weights stored")

@@ -1,7 +1,8 @@
 """sim/ runs unchanged in the browser runtime: Pyodide (CPython 3.12 in WebAssembly) with its numpy.
 
 Runs under Node.js with the Pyodide files the site build vendors (_site/vendor/pyodide); it is
-skipped when Node or a built site is missing. Every figure's default call and every module's
+skipped when Node or a built site is missing. Every figure's default call (named as strings in
+CPython, from tests/figure_sims.py, so Pyodide needs no Panel) and every module's
 docstring examples run inside WebAssembly.
 """
 from __future__ import annotations
@@ -30,11 +31,11 @@ const out = py.runPython(`
 import sys, json, time, doctest, importlib, pkgutil
 sys.path.insert(0, "/guide")
 import sim
-from sim.figures import FIGURES
+get = lambda dotted: getattr(importlib.import_module(dotted.rpartition(".")[0]), dotted.rpartition(".")[2])
 times = {}
-for name, f in FIGURES.items():
-    p = f.params(); f.compute(p)
-    t = time.perf_counter(); f.compute(p); times[name] = time.perf_counter() - t
+for name, (compute, params) in json.loads(%(calls)s).items():
+    f = get(compute); p = get(params)(); f(p)
+    t = time.perf_counter(); f(p); times[name] = time.perf_counter() - t
 failed = 0
 mods = sorted(m.name for m in pkgutil.iter_modules(sim.__path__) if m.name not in ("calibration",))
 for m in mods:
@@ -47,9 +48,9 @@ console.log("RESULT " + out);
 """
 
 
-from sim.figures import FIGURES as _FIGURES  # noqa: E402
+from tests.figure_sims import CALLS  # noqa: E402   figure id -> ("module.function", "module.Params")
 
-FIGURES_IDS = sorted(_FIGURES)
+FIGURES_IDS = sorted(CALLS)
 
 
 def test_every_figure_and_example_runs_in_pyodide(tmp_path):
@@ -58,7 +59,8 @@ def test_every_figure_and_example_runs_in_pyodide(tmp_path):
         pytest.skip("needs Node.js and a built site with the vendored Pyodide runtime (./dev build)")
     script = tmp_path / "run.mjs"
     script.write_text(SCRIPT % {"module": json.dumps((VENDOR / "pyodide.mjs").as_uri()),
-                                "index": json.dumps(str(VENDOR) + "/"), "sim": json.dumps(str(ROOT / "sim"))})
+                                "index": json.dumps(str(VENDOR) + "/"), "sim": json.dumps(str(ROOT / "sim")),
+                                "calls": repr(json.dumps(CALLS))})
     run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     line = next(l for l in run.stdout.splitlines() if l.startswith("RESULT "))

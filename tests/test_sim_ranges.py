@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import sim
 from sim import checks, kv, roofline
-from sim.figures import FIGURES
+from tests.figure_sims import FIGURES
 
 
 def checked_classes() -> list[type]:

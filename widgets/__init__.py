@@ -4,6 +4,11 @@ A figure's module is named after its id: figure "ch04-batch-knee" lives in
 widgets/ch04_batch_knee.py. `FIGURES` maps every id to its module name (found by
 listing this package, without importing anything); `build(figure_id)` imports the
 module and returns its FigureView, so a page pays only for the figures it shows.
+
+Each module is the one place its figure is declared: FIGURE_ID, TITLE, COMPUTE (the sim
+function behind it), PARAMS (COMPUTE's frozen Params dataclass; PARAMS() is the default
+state) and build(). `sim_call(figure_id)` names that call as "module.function" strings,
+for code that must run the sims without importing Panel (tests in Pyodide or Python 3.11).
 """
 from __future__ import annotations
 
@@ -36,3 +41,17 @@ def build(figure_id: str):
     if view.figure_id != figure_id:
         raise ValueError(f"{FIGURES[figure_id]}.build() returned figure {view.figure_id!r}")
     return view
+
+
+def dotted(obj) -> str:
+    """A function or class as "module.name", e.g. "sim.kv.kv_size"."""
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def sim_call(figure_id: str) -> tuple[str, str]:
+    """("module.function", "module.Params") of the sim call behind `figure_id` (its COMPUTE and PARAMS)."""
+    mod = module(figure_id)
+    missing = [n for n in ("COMPUTE", "PARAMS") if not hasattr(mod, n)]
+    if missing:
+        raise ValueError(f"{mod.__name__} must define {' and '.join(missing)} (the sim call behind the figure)")
+    return dotted(mod.COMPUTE), dotted(mod.PARAMS)

@@ -57,11 +57,12 @@ class FigureView:
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
 
 
-def gpu_select(value: str = "H100-SXM", *, label: str = "GPU", width: int = CONTROL_WIDTH) -> pn.widgets.Select:
-    """The GPU menu every hardware figure uses: display names shown, catalogue keys as values."""
+def gpu_select(value: str = "H100-SXM", *, label: str = "GPU", width: int = CONTROL_WIDTH,
+               names: list[str] | None = None) -> pn.widgets.Select:
+    """The GPU menu every hardware figure uses: display names shown, catalogue keys as values (`names` narrows it)."""
     from sim import hardware
 
-    return pn.widgets.Select(label=label, options={hardware.get(n).display_name: n for n in hardware.names()},
+    return pn.widgets.Select(label=label, options={hardware.get(n).display_name: n for n in (names or hardware.names())},
                              value=value, width=width)
 
 

@@ -10,9 +10,8 @@ distribution, high ones flatten it, and top-p cuts its tail. The chart at the bo
 right counts how often each token's K, V and Q are used: K and V by every later token,
 Q once, which is why a KV cache exists and a Q cache does not.
 
-Controls: the stepper ("step"), model, temperature and top-p. Calls: one
-sim.pipeline.describe_pipeline when the step or model changes, one
-sim.sampling.apply_sampling when temperature or top-p changes.
+Controls: the stepper ("step"), model, temperature and top-p. One call:
+sim.pipeline.describe_pipeline (its result carries the sampler's and each stage's text).
 """
 from __future__ import annotations
 
@@ -20,14 +19,15 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, Legend, LegendItem, Range1d
 
-from sim import models
 from sim.pipeline import PipelineParams, describe_pipeline
-from sim.sampling import SamplingParams, apply_sampling
+from sim.sampling import SamplingParams
 from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW, FigureView,
-                          plot, provenance, readout, rows_table, stepper, watch)
+                          model_select, plot, provenance, readout, rows_table, stepper, watch)
 
 FIGURE_ID = "ch01-pipeline"
 TITLE = "One generation step, stage by stage"
+COMPUTE = describe_pipeline
+PARAMS = PipelineParams
 STAGES = ["tokenize", "embed", "attention", "mlp", "head", "sample", "repeat"]   # the stepper's steps
 STAGE_LABELS = {"tokenize": "tokenize", "embed": "embed", "attention": "attention", "mlp": "MLP",
                 "head": "head", "sample": "sample", "repeat": "repeat"}
@@ -37,18 +37,9 @@ Y_FLOOR, Y_CEIL = 1e2, 1e13          # the log axis of the stage plot (weights)
 PROMPT_TOKENS = 8                    # tokens in the toy sequence of the K/V/Q chart
 
 
-def count(n: float) -> str:
-    """A weight count as text: 4,096 / 525 M / 1.34 B."""
-    if n >= 1e9:
-        return f"{n / 1e9:.3g} B"
-    if n >= 1e6:
-        return f"{n / 1e6:.3g} M"
-    return f"{n:,.0f}"
-
-
 def build() -> FigureView:
     step = stepper(len(STAGES), label="Stage", interval_ms=1200, start=1)   # numbered from 1, like the readout
-    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
+    model = model_select()
     temperature = pn.widgets.FloatSlider(label="Temperature (0 = greedy)", start=0.0, end=2.0, step=0.05, value=1.0,
                                          width=CONTROL_WIDTH)
     top_p = pn.widgets.FloatSlider(label="Top-p (1 = off)", start=0.05, end=1.0, step=0.05, value=1.0,
@@ -105,15 +96,15 @@ def build() -> FigureView:
         p.toolbar_location = None                 # nothing to zoom: keep the titles clear
     stage_text, sample_numbers, note = readout(), readout(), readout(width=840)
 
-    def update_pipeline() -> None:
-        r = describe_pipeline(PipelineParams(model=model.value, tokens=PROMPT_TOKENS))
-        m = models.get(model.value)
+    def update() -> None:
+        r = describe_pipeline(PipelineParams(model=model.value, tokens=PROMPT_TOKENS, sampling=SamplingParams(
+            temperature=temperature.value, top_p=top_p.value)))
         here = STAGES[step.value - 1]
-        reads = [*r.stage_weights_read, 0.0]                  # "repeat" reads nothing by itself
+        labels = [*r.stage_weights_text, "none"]               # "repeat" reads nothing by itself
+        reads = [*r.stage_weights_read, 0.0]
         stages.data = {
             "stage": x_stages, "weights": [w if w > 0 else Y_FLOOR for w in reads],   # no bar where none
-            "color": [ORANGE if s == here else SKY for s in STAGES],
-            "label": [count(w) if w > 0 else "none" for w in reads],
+            "color": [ORANGE if s == here else SKY for s in STAGES], "label": labels,
             "label_y": [w if w > 0 else Y_FLOOR * 3 for w in reads]}
         cursor.data = {"stage": [STAGE_LABELS[here]], "bottom": [Y_FLOOR], "top": [Y_CEIL]}
         used = r.stage_part[r.stages.index(here)] if here in r.stages else ""
@@ -127,45 +118,14 @@ def build() -> FigureView:
         part_labels.data = {"row": ["model"] * int(big.sum()), "x": ((left + right) / 2)[big],
                             "text": [f"{PART_LABELS[p]} {s:.0f}%" if s >= 10 else PART_LABELS[p]
                                      for p, s, b in zip(r.parts, share, big) if b]}
-        L = m.num_layers
         i = r.stages.index(here) if here in r.stages else None
         flops = f"{r.stage_flops[i] / 1e9:,.2f} GFLOP" if i is not None and r.stage_flops[i] > 0 else "none"
-        what = {
-            "tokenize": f"The text is cut into tokens: ids in a vocabulary of {m.vocab_size:,} entries. "
-                        f"No weights, no GPU math.",
-            "embed": f"Each token id selects one row of the embedding table: {m.hidden_size:,} numbers out of a "
-                     f"table of {count(r.part_params[r.parts.index('embedding')])} weights. A lookup, not a "
-                     f"matrix multiply.",
-            "attention": f"Repeated in all {L} layers. Projections make a query (Q), a key (K) and a value (V) for "
-                         f"the token; Q is scored against the K of every earlier token and mixes their V. The new "
-                         f"K and V are stored in the KV cache.",
-            "mlp": f"Repeated in all {L} layers. A gated MLP widens each token to {m.intermediate_size:,} features "
-                   f"and back with three matrices: {share[r.parts.index('mlp')]:.0f}% of the stored weights."
-                   + (f" Here each token is routed to {m.experts_per_token} of {m.num_experts} expert MLPs, so it "
-                      f"reads only theirs." if m.is_moe else ""),
-            "head": f"A final norm, then the output head turns the hidden vector into one logit per vocabulary "
-                    f"entry ({m.vocab_size:,} logits)."
-                    + (" This model reuses its embedding table as the head." if r.tied_embeddings else ""),
-            "sample": "Temperature and top-p turn the logits into probabilities and one token is drawn: "
-                      "the chart at the bottom left. No weights are read.",
-            "repeat": f"The new token is appended and the next pass processes only it. Its K and V join the "
-                      f"cache; earlier tokens' K and V are read back, never recomputed. Its Q is used once, so "
-                      f"there is nothing to cache. A prompt of {PROMPT_TOKENS} tokens: the first token's K and V "
-                      f"are read {int(r.kv_reads_per_token[0])} times, every Q once.",
-        }[here]
-        stage_text.object = (f"<p><b>{STAGES.index(here) + 1}. {STAGE_LABELS[here]}</b>: {what}</p>"
-                             + rows_table([("weights read", count(reads[STAGES.index(here)])
-                                            if reads[STAGES.index(here)] > 0 else "none"),
-                                           ("FLOPs", flops)]))
+        stage_text.object = (f"<p><b>{STAGES.index(here) + 1}. {STAGE_LABELS[here]}</b>: {r.stage_notes[here]}</p>"
+                             + rows_table([("weights read", labels[STAGES.index(here)]), ("FLOPs", flops)]))
         reuse.data = {"x_kv": np.arange(1, PROMPT_TOKENS + 1) - 0.2, "kv": r.kv_reads_per_token,
                       "x_q": np.arange(1, PROMPT_TOKENS + 1) + 0.2, "q": r.q_reads_per_token}
-        note.object = provenance(
-            f"{r.model}: {count(r.total_params)} weights stored, {count(r.active_params)} used per token. Weight "
-            f"counts are exact from the model's published shapes; FLOPs are 2 per weight read. The logits of the "
-            f"sampler are an illustrative 10-word vocabulary, not the model's.")
-
-    def update_sampling() -> None:
-        s = apply_sampling(SamplingParams(temperature=temperature.value, top_p=top_p.value))
+        note.object = provenance(r.note)
+        s = r.sampling
         probs.data = {"token": s.labels, "base": s.probs_base, "final": s.probs_final,
                       "color": [VERMILION if k else GREY for k in s.kept]}
         top = int(np.argmax(s.probs_final))
@@ -175,10 +135,8 @@ def build() -> FigureView:
             ("entropy", f"{abs(s.entropy_bits_base):.2f} bits at T=1, now {abs(s.entropy_bits_final):.2f}"),
         ])
 
-    watch([step, model], update_pipeline)
-    watch([temperature, top_p], update_sampling)
-    update_pipeline()
-    update_sampling()
+    watch([step, model, temperature, top_p], update)
+    update()
     layout = pn.Column(
         pn.Row(pn.Column(step, model, stage_text, temperature, top_p, sample_numbers, width=CONTROL_WIDTH + 20),
                pn.Column(pn.pane.Bokeh(p_stages), pn.pane.Bokeh(p_parts),

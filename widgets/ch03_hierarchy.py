@@ -14,13 +14,14 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, Legend, LegendItem, Range1d
 
-from sim import hardware
 from sim.hardware import HierarchyParams, memory_hierarchy
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, FigureView, plot, provenance, readout,
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, FigureView, gpu_select, plot, provenance, readout,
                           watch)
 
 FIGURE_ID = "ch03-hierarchy"
 TITLE = "The GPU memory hierarchy: capacity and bandwidth of each level"
+COMPUTE = memory_hierarchy
+PARAMS = HierarchyParams
 
 # basis keyword (the first word of HierarchyResult.bandwidth_basis) -> legend group
 GROUPS = {"datasheet": "published", "published": "published", "derived": "derived", "assumed": "assumed"}
@@ -30,20 +31,8 @@ CAP_RANGE_MB = (1.0, 1e7)          # x axis of the capacity plot, MB
 BW_RANGE_TBS = (0.1, 1e4)          # x axis of the bandwidth plot, TB/s
 
 
-def _capacity_text(level: str, nbytes: float) -> str:
-    if level in ("HBM", "GDDR"):
-        return f"{nbytes / 1e9:,.1f} GB"
-    return f"{nbytes / 2 ** 20:,.1f} MiB"
-
-
-def _bandwidth_text(bytes_per_s: float) -> str:
-    tbs = bytes_per_s / 1e12
-    return f"{tbs:,.0f} TB/s" if tbs >= 100 else f"{tbs:,.3g} TB/s"
-
-
 def build() -> FigureView:
-    gpu = pn.widgets.Select(label="GPU", options={hardware.get(n).display_name: n for n in hardware.names()},
-                            value="H100-SXM", width=CONTROL_WIDTH)
+    gpu = gpu_select()
 
     cap = ColumnDataSource(data={"level": [], "left": [], "mb": [], "text": []})
     bw = {k: ColumnDataSource(data={"level": [], "left": [], "tbs": [], "text": []}) for k in COLOURS}
@@ -79,10 +68,10 @@ def build() -> FigureView:
         levels.factors = list(reversed(r.levels))
         cap.data = {"level": r.levels, "left": [CAP_RANGE_MB[0]] * len(r.levels),
                     "mb": (r.capacity_bytes / 1e6).tolist(),
-                    "text": [_capacity_text(lv, c) for lv, c in zip(r.levels, r.capacity_bytes)]}
+                    "text": r.capacity_text}
         rows = {k: {"level": [], "left": [], "tbs": [], "text": []} for k in COLOURS}
         missing = {"level": [], "x": [], "text": []}
-        for lv, b, basis in zip(r.levels, r.bandwidth_bytes_per_s, r.bandwidth_basis):
+        for lv, b, basis, text in zip(r.levels, r.bandwidth_bytes_per_s, r.bandwidth_basis, r.bandwidth_text):
             group = GROUPS.get(basis.split(":")[0])
             if group is None or not b == b:       # nan: no figure can be given
                 missing["level"].append(lv)
@@ -92,32 +81,22 @@ def build() -> FigureView:
             rows[group]["level"].append(lv)
             rows[group]["left"].append(BW_RANGE_TBS[0])
             rows[group]["tbs"].append(float(b) / 1e12)
-            rows[group]["text"].append(_bandwidth_text(float(b)))
+            rows[group]["text"].append(text)
         for k, src in bw.items():
             src.data = rows[k]
         unknown.data = missing
         dram = r.levels[-1]
         numbers.object = (
             f'<table class="fig-numbers"><tr><th></th><th>capacity</th><th>bandwidth</th></tr>'
-            + "".join(f"<tr><th>{lv}</th><td>{_capacity_text(lv, c)}"
-                      f"{f' (1/{k:,.0f} of {dram})' if lv != dram else ''}</td>"
-                      f"<td>{_bandwidth_text(b) if b == b else 'not known'}"
-                      f"{f' ({x:,.0f}x {dram})' if b == b and lv != dram else ''}</td></tr>"
-                      for lv, c, b, x, k in zip(r.levels, r.capacity_bytes, r.bandwidth_bytes_per_s,
+            + "".join(f"<tr><th>{lv}</th><td>{c}{f' (1/{k:,.0f} of {dram})' if lv != dram else ''}</td>"
+                      f"<td>{b}{f' ({x:,.0f}x {dram})' if x == x and lv != dram else ''}</td></tr>"
+                      for lv, c, b, x, k in zip(r.levels, r.capacity_text, r.bandwidth_text,
                                                 r.bandwidth_over_dram, r.dram_over_capacity))
             + "</table>")
         table.object = ('<table class="fig-numbers fig-basis"><tr><th>level</th><th>where the bandwidth comes from'
                         '</th></tr>' + "".join(f"<tr><th>{lv}</th><td>{basis}</td></tr>"
                                                for lv, basis in zip(r.levels, r.bandwidth_basis)) + "</table>")
-        g = hardware.get(gpu.value)
-        note.object = provenance(
-            f"{r.gpu}. Capacities: per-SM sizes x {g.sm_count} SMs and L2 as published; {dram} as the driver "
-            f"reports it ({g.memory_mib:,} MiB; sold as {g.memory_label}). Bandwidths: only {dram}'s is on the "
-            f"datasheet. Registers and shared memory are derived from the clock and the width of the hardware "
-            f"(three 4-byte operands per FP32 lane per clock; 128 bytes per clock per SM); L2 is published per "
-            f"clock for the A100 only and assumed at the same bytes per clock elsewhere; where the clock "
-            f"is unpublished the on-chip bandwidths are left unknown. "
-            f"Sources: {'; '.join(g.sources.values())}.")
+        note.object = provenance(r.note)
 
     watch([gpu], update)
     update()

@@ -24,13 +24,15 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem, Range1d
 
-from sim import hardware, models
+from sim import models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, inset_legend,
-                          legend_glyph, plot, provenance, readout, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, gpu_select,
+                          inset_legend, legend_glyph, model_select, plot, provenance, readout, watch)
 
 FIGURE_ID = "ch04-scheduler"
 TITLE = "Static and continuous batching of the same requests"
+COMPUTE = compare_schedules
+PARAMS = SchedulerParams
 MODELS = ("llama-3.1-8b", "llama-2-7b", "gemma-7b", "llama-3.2-1b")   # fit on every GPU in the list
 BUDGETS = (128, 256, 512, 1024, 2048, 4096)
 TIMEOUTS_MS = (0, 25, 50, 100, 200)
@@ -51,9 +53,8 @@ def _numbers_html(rows: list[tuple[str, str, str]]) -> str:
 def build() -> FigureView:
     defaults = SchedulerParams()
     mix = RequestMixParams()
-    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value=defaults.gpu, width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options={models.get(m).display_name: m for m in MODELS},
-                              value=defaults.model, width=CONTROL_WIDTH)
+    gpu = gpu_select(defaults.gpu)
+    model = model_select(defaults.model, names=list(MODELS))
     slots = pn.widgets.IntSlider(label="Slots (requests running at once)", start=2, end=16,
                                  value=defaults.max_batch, width=CONTROL_WIDTH)
     timeout = pn.widgets.Select(label="Static: wait for a full batch at most",

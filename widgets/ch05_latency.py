@@ -16,14 +16,14 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, FactorRange, Range1d
 
-from sim import hardware, models
-from sim.latency import MLPERF_V50_LLAMA2_70B_INTERACTIVE as MLPERF
 from sim.latency import PRESETS, LatencyParams, estimate_latency
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, VERMILION, FigureView, inset_legend, plot,
-                          provenance, readout, rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, VERMILION, FigureView, gpu_select, inset_legend,
+                          model_select, plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch05-latency"
 TITLE = "TTFT, TPOT and end-to-end latency of one request"
+COMPUTE = estimate_latency
+PARAMS = LatencyParams
 
 PRESET_LABELS = {"chat": "chat", "summarise": "summarise", "essay": "essay"}
 # slider ranges: prompt + output stays within Llama 3.1's 131,072-token context
@@ -46,10 +46,8 @@ def build() -> FigureView:
                                   value=PRESETS["chat"].prompt_tokens, width=CONTROL_WIDTH)
     output = pn.widgets.IntSlider(label="Output (tokens)", start=10, end=3_000, step=10,
                                   value=PRESETS["chat"].output_tokens, width=CONTROL_WIDTH)
-    gpu = pn.widgets.Select(label="GPU", options={hardware.get(n).display_name: n for n in GPUS},
-                            value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model (bf16)", options={models.get(n).display_name: n for n in MODELS},
-                              value="llama-3.1-8b", width=CONTROL_WIDTH)
+    gpu = gpu_select(names=GPUS)
+    model = model_select(label="Model (bf16)", names=MODELS)
 
     bars = ColumnDataSource(data={"row": [], "left": [], "right": [], "text": [], "colour": []})
     limits = ColumnDataSource(data={"row": [], "x": []})
@@ -101,12 +99,12 @@ def build() -> FigureView:
         values = [r.e2e_s, r.ttft_s, r.tpot_s]
         bars.data = {"row": ROWS, "left": [0.1] * 3, "right": [v * 1e3 for v in values],
                      "text": [_ms(v) for v in values], "colour": [GREEN, BLUE, ORANGE]}
-        limits.data = {"row": ROWS[1:], "x": [MLPERF.ttft_s * 1e3, MLPERF.tpot_s * 1e3]}
+        limits.data = {"row": ROWS[1:], "x": [r.slo_ttft_s * 1e3, r.slo_tpot_s * 1e3]}
         share.data = {"prompt": r.prompt_grid_tokens, "share": r.attention_share_grid * 100}
         share_now.data = {"prompt": [r.prompt_tokens], "share": [r.attention_share_of_prefill * 100]}
         itl.data = {"token": list(range(2, r.output_tokens + 1)), "itl_ms": r.itl_s * 1e3}
         levels.data = {"token": [2, r.output_tokens], "tpot_ms": [r.tpot_s * 1e3] * 2,
-                       "limit_ms": [MLPERF.tpot_s * 1e3] * 2}
+                       "limit_ms": [r.slo_tpot_s * 1e3] * 2}
         numbers.object = rows_table([
             ("prompt / output", f"{r.prompt_tokens:,} / {r.output_tokens:,} tokens"),
             ("TTFT", _ms(r.ttft_s)),
@@ -117,10 +115,7 @@ def build() -> FigureView:
             ("attention in prefill", f"{r.attention_share_of_prefill * 100:.1f}%"),
             ("MLPerf limits", "met" if r.meets_slo else "missed"),
         ])
-        note.object = provenance(
-            f"{models.get(model.value).display_name} in bf16, one request alone on the GPU (TTFT = the prefill). "
-            f"Red: {r.slo_name} limits, TTFT {MLPERF.ttft_s * 1e3:.0f} ms and TPOT {MLPERF.tpot_s * 1e3:.0f} ms, "
-            f"shown for scale (they were set for a 70B model). {r.calibration_note}")
+        note.object = provenance(r.note)
 
     preset.param.watch(lambda _e: on_preset(), "value")
     watch([prompt, output, gpu, model], on_other)

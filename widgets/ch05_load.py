@@ -16,13 +16,14 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, FixedTicker, Range1d, Span
 
-from sim import hardware, models
 from sim.latency import LoadParams, simulate_load
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, inset_legend, legend_glyph, plot,
-                          provenance, readout, rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, VERMILION, FigureView, gpu_select, inset_legend,
+                          legend_glyph, plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch05-load"
 TITLE = "A loaded server: TTFT and TPOT of every request, their P50 and P99, and the share meeting the SLO"
+COMPUTE = simulate_load
+PARAMS = LoadParams
 
 DEFAULTS = LoadParams()
 GPUS = ["H100-SXM", "H200", "A100-80GB", "B200"]
@@ -54,8 +55,7 @@ def build() -> FigureView:
                                           else 0, width=CONTROL_WIDTH)
     prefill_label = pn.pane.HTML("Prompt tokens per step (whole: no chunking)", width=CONTROL_WIDTH,
                                  margin=(6, 10, 0, 10))
-    gpu = pn.widgets.Select(label="GPU", options={hardware.get(n).display_name: n for n in GPUS},
-                            value=DEFAULTS.gpu, width=CONTROL_WIDTH)
+    gpu = gpu_select(DEFAULTS.gpu, names=GPUS)
 
     ttft_hist = ColumnDataSource(data={"left": [], "right": [], "count": []})
     tpot_hist = ColumnDataSource(data={"left": [], "right": [], "count": []})
@@ -100,14 +100,7 @@ def build() -> FigureView:
                                  f"{DEFAULTS.target_attainment:.0%})"),
             ("output tokens/s", f"{m.throughput_tokens_per_s:,.0f}"),
         ])
-        note.object = provenance(
-            f"{models.get(DEFAULTS.model).display_name} in bf16 on one {hardware.get(gpu.value).display_name}, "
-            f"continuous batching with {DEFAULTS.max_batch} slots. Workload (an assumption, not a measured trace): "
-            f"{DEFAULTS.requests} requests, Poisson arrivals (seed {DEFAULTS.seed}), prompts "
-            f"{DEFAULTS.prompt_tokens_min:,}-{DEFAULTS.prompt_tokens_max:,} and answers {DEFAULTS.output_tokens_min}-"
-            f"{DEFAULTS.output_tokens_max} tokens (log-uniform); P99 of {DEFAULTS.requests} requests is close to the "
-            f"worst one. Limits: {slo.name}, TTFT {slo.ttft_s * 1e3:.0f} ms and TPOT "
-            f"{slo.tpot_s * 1e3:.0f} ms, borrowed for scale. {r.calibration_note}")
+        note.object = provenance(r.note)
 
     watch([rate, prefill, gpu], update)
     update()

@@ -17,13 +17,14 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, Legend, LegendItem
 
-from sim import models
-from sim.kv import KVSizeParams, kv_heads_for, kv_size
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, VERMILION, FigureView, plot, provenance, readout,
-                          rows_table, watch)
+from sim.kv import KVSizeParams, kv_size
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, VERMILION, FigureView, fmt_gib, model_select, plot,
+                          provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch06-kv-size"
 TITLE = "KV cache size against context, batch, precision and attention type"
+COMPUTE = kv_size
+PARAMS = KVSizeParams
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ATTENTION = {"as trained": "model", "MHA": "mha", "MQA": "mqa", "GQA-8": "gqa"}   # extremes, then the middle
 GB = 1e9
@@ -31,13 +32,12 @@ GiB = 2 ** 30
 
 
 def _size(b: float) -> str:
-    return f"{b / GiB:,.2f} GiB ({b / GB:,.2f} GB)" if b >= GiB / 100 else f"{b / 2 ** 20:,.1f} MiB"
+    return f"{fmt_gib(b, 2)} ({b / GB:,.2f} GB)" if b >= GiB / 100 else f"{b / 2 ** 20:,.1f} MiB"
 
 
 def build() -> FigureView:
     d = KVSizeParams()
-    model = pn.widgets.Select(label="Model", options={models.get(m).display_name: m for m in models.names()},
-                              value=d.model, width=CONTROL_WIDTH)
+    model = model_select(d.model)
     context = pn.widgets.Select(label="Context per conversation",
                                 options={f"{c:,} tokens": c for c in CONTEXTS}, value=d.context_tokens,
                                 width=CONTROL_WIDTH)
@@ -72,18 +72,17 @@ def build() -> FigureView:
     def update() -> None:
         r = kv_size(KVSizeParams(model=model.value, context_tokens=context.value, batch=batch.value,
                                  kv_dtype=kv_dtype.value, attention=attention.value))
-        m = models.get(model.value)
         curve.data = {"context": r.context_grid_tokens, "kv_gb": r.kv_bytes_grid / GB}
         point.data = {"context": [context.value], "kv_gb": [r.kv_bytes / GB]}
         weights.data = {"context": [r.context_grid_tokens[0], r.context_grid_tokens[-1]],
                         "gb": [r.weight_bytes / GB] * 2}
-        heads = [kv_heads_for(m, k) for k in r.attention_kinds]
+        heads = r.kv_heads_by_attention
         labels = [f"{k.upper()} {h}" for k, h in zip(r.attention_kinds, heads)]
         kinds.data = {"kind": [*labels, "weights"], "gb": [*(r.kv_bytes_by_attention / GB), r.weight_bytes / GB],
                       "colour": [VERMILION if h == r.kv_heads else BLUE for h in heads] + [GREY]}
         p_kind.x_range.factors = [*labels, "weights"]
         numbers.object = rows_table([
-            ("KV heads", f"{r.kv_heads} of {m.num_heads} query heads"),
+            ("KV heads", f"{r.kv_heads} of {r.query_heads} query heads"),
             ("per token", f"{r.bytes_per_token / 1024:,.0f} KiB"),
             ("cache", _size(r.kv_bytes)),
             ("weights", f"{r.weight_bytes / GB:,.1f} GB"),
@@ -92,11 +91,7 @@ def build() -> FigureView:
             ("cache outweighs the weights from",
              f"{r.batch_where_kv_exceeds_weights:,} conversation{'s' if r.batch_where_kv_exceeds_weights > 1 else ''}"),
         ])
-        note.object = provenance(
-            f"{m.display_name}: {m.num_layers} layers, {m.num_heads} query heads, {m.num_kv_heads} KV heads of "
-            f"{m.head_dim} ({m.source}). Bytes = 2 (K and V) x layers x KV heads x head dim x tokens x "
-            f"conversations x bytes per element; weights in bf16. GB = 10^9 bytes, GiB = 2^30 bytes. "
-            f"The highlighted bar is the type selected.")
+        note.object = provenance(f"{r.note} The highlighted bar is the type selected.")
 
     watch([model, context, batch, kv_dtype, attention], update)
     update()

@@ -13,23 +13,24 @@ allocating 16-token blocks: the share of reserved KV slots that stay empty.
 
 Controls: step (a stepper through the replay), prefix caching on/off, system prompt
 length; for the waste panel, the length a contiguous allocator reserves and the block
-size. Sim calls: sim.paging.compare_prefix_caching (when the system prompt changes;
-stepping and the caching switch only pick a frame of its result) and
-sim.paging.reservation_waste (when a waste control changes).
+size. One call: sim.paging.compare_prefix_caching, when the system prompt or a waste
+control changes (its result carries the waste panel's numbers); stepping and the caching
+switch only pick a frame of its result.
 """
 from __future__ import annotations
 
 import panel as pn
 from bokeh.models import ColumnDataSource, DataRange1d, Legend, LegendItem, Range1d
 
-from sim.paging import PagingParams, WasteParams, compare_prefix_caching, reservation_waste
+from sim.paging import PagingParams, WasteParams, compare_prefix_caching
 from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, legend_glyph,
                           plot, provenance, readout, rows_table, stepper, watch)
 
 FIGURE_ID = "ch07-paging"
 TITLE = "A paged KV cache: block tables, shared prefix blocks, and the memory contiguous slabs waste"
-
-PARAMS = PagingParams()                   # 4 requests, 24 blocks of 16 tokens
+COMPUTE = compare_prefix_caching
+PARAMS = PagingParams                     # default: 4 requests, 24 blocks of 16 tokens
+DEFAULT = PARAMS()
 WASTE = WasteParams()                     # 64 requests, lognormal lengths
 SYSTEM_PROMPTS = {"8 tokens (under one block)": 8, "40 tokens (2 full blocks + 8)": 40,
                   "64 tokens (4 full blocks)": 64, "128 tokens (8 full blocks)": 128}
@@ -54,13 +55,13 @@ def _colour(state: str, owners: str, requests: list[str]) -> str:
 
 
 def build() -> FigureView:
-    n_blocks = PARAMS.num_blocks
-    state: dict = {"comparison": compare_prefix_caching(PARAMS)}
+    n_blocks = DEFAULT.num_blocks
+    state: dict = {"comparison": compare_prefix_caching(DEFAULT)}
     step = stepper(len(state["comparison"].with_caching.frames), label="Step")
     caching = pn.widgets.Checkbox(label="Prefix caching (share equal full blocks)", value=True,
                                   width=CONTROL_WIDTH)
     system = pn.widgets.Select(label="Shared system prompt", options=SYSTEM_PROMPTS,
-                               value=PARAMS.system_prompt_tokens, width=CONTROL_WIDTH)
+                               value=DEFAULT.system_prompt_tokens, width=CONTROL_WIDTH)
     reserve = pn.widgets.Select(label="Contiguous: reserved per request", options=RESERVATIONS,
                                 value=WASTE.max_seq_len, width=CONTROL_WIDTH)
     block = pn.widgets.Select(label="Paged: block size", options=BLOCK_SIZES, value=WASTE.block_size,
@@ -70,7 +71,7 @@ def build() -> FigureView:
     pool = ColumnDataSource(data={"x": [], "y": [], "tx": [], "ty": [], "ty2": [], "colour": [], "ink": [],
                                   "label": [], "detail": [], "state": [], "refs": [], "fill": []})
     rows = (n_blocks + COLUMNS - 1) // COLUMNS
-    p_pool = plot(f"Physical block pool ({PARAMS.block_size} tokens per block)", "", "", width=580, height=70 * rows + 70,
+    p_pool = plot(f"Physical block pool ({DEFAULT.block_size} tokens per block)", "", "", width=580, height=70 * rows + 70,
                   x_range=Range1d(-1.45, COLUMNS - 0.5), y_range=Range1d(-0.5, rows - 0.5))
     p_pool.rect("x", "y", width=0.94, height=0.9, source=pool, fill_color="colour", line_color="#999999",
                 line_width=0.5)
@@ -81,7 +82,7 @@ def build() -> FigureView:
                                         "text": [f"P{r * COLUMNS}-{r * COLUMNS + COLUMNS - 1}" for r in range(rows)]})
     p_pool.text("x", "y", text="text", source=row_labels, text_color="#666666", text_font_size="11px")
     # the legend (the pool's own rects take their colour from the data)
-    keys = [*((f"{chr(65 + i)} only", c) for i, c in enumerate(OWNER_COLOURS[:len(PARAMS.user_tokens)])),
+    keys = [*((f"{chr(65 + i)} only", c) for i, c in enumerate(OWNER_COLOURS[:len(DEFAULT.user_tokens)])),
             ("shared", SHARED), ("cached, unused", CACHED), ("free", FREE)]
     p_pool.add_layout(Legend(items=[LegendItem(label=label, renderers=[legend_glyph(
         p_pool, "quad", fill_color=colour, line_color="#999999", line_width=0.5)]) for label, colour in keys], orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
@@ -91,7 +92,7 @@ def build() -> FigureView:
     tables = ColumnDataSource(data={"x": [], "y": [], "tx": [], "ty": [], "colour": [], "label": [], "request": [],
                                     "logical": [], "physical": []})
     names = ColumnDataSource(data={"x": [], "y": [], "text": []})
-    n_req = len(PARAMS.user_tokens)
+    n_req = len(DEFAULT.user_tokens)
     p_tab = plot("Block tables: logical block -> physical block", "", "", width=580, height=34 * n_req + 60,
                  x_range=Range1d(-2.6, 10.5), y_range=Range1d(-0.6, n_req - 0.4))
     p_tab.rect("x", "y", width=0.92, height=0.8, source=tables, fill_color="colour", line_color="#999999",
@@ -145,7 +146,7 @@ def build() -> FigureView:
             "colour": colours,
             "ink": [INK_DARK if s != "used" else INK_LIGHT for s in f.block_states],
             "label": [f"P{b}" + (f"  x{refs[b]}" if refs[b] > 1 else "") for b in range(n_blocks)],
-            "detail": [h if h else (f"{fills[b]}/{PARAMS.block_size}" if fills[b] else "")
+            "detail": [h if h else (f"{fills[b]}/{DEFAULT.block_size}" if fills[b] else "")
                        for b, h in enumerate(f.block_hashes)],
             "state": list(f.block_states), "refs": refs, "fill": fills,
         }
@@ -176,7 +177,8 @@ def build() -> FigureView:
 
     def recompute(new: bool = True) -> None:
         if new:
-            state["comparison"] = compare_prefix_caching(PagingParams(system_prompt_tokens=system.value))
+            state["comparison"] = compare_prefix_caching(PagingParams(
+                system_prompt_tokens=system.value, waste=WasteParams(max_seq_len=reserve.value, block_size=block.value)))
         c = state["comparison"]
         on, off = c.with_caching, c.without_caching
         longest = max(len(t) for run in (on, off) for f in run.frames for t in f.block_tables.values())
@@ -193,10 +195,7 @@ def build() -> FigureView:
             f"{body}</table>"
             f'<p style="margin:2px 0;font-size:13px">Caching saves <b>{c.blocks_saved}</b> block allocations '
             f"(<b>{c.peak_blocks_saved}</b> at the peak) and <b>{c.prefill_tokens_saved}</b> prefill tokens.</p>")
-        show()
-
-    def recompute_waste() -> None:
-        w = reservation_waste(WasteParams(max_seq_len=reserve.value, block_size=block.value))
+        w = c.waste
         waste.data = {"request": list(range(1, len(w.lengths_tokens) + 1)), "used": w.lengths_tokens,
                       "paged": w.paged_reserved_tokens, "contiguous": w.contiguous_reserved_tokens}
         waste_numbers.object = rows_table([
@@ -204,19 +203,12 @@ def build() -> FigureView:
             ("unused, paged", f"{100 * w.paged_waste_fraction:.1f}% of reserved"),
             ("KV slots used", f"{w.used_tokens:,} tokens"),
         ])
+        note.object = provenance(c.note)
+        show()
 
     watch([step, caching], show)
-    watch([system], recompute)
-    watch([reserve, block], recompute_waste)
+    watch([system, reserve, block], recompute)
     recompute(new=False)
-    recompute_waste()
-    note.object = provenance(
-        f"Replay: {n_req} requests with user turns of {', '.join(map(str, PARAMS.user_tokens))} tokens and "
-        f"{', '.join(map(str, PARAMS.output_tokens))} output tokens; D arrives after the first request finishes. "
-        f"Pool of {n_blocks} blocks of {PARAMS.block_size} tokens; token ids are synthetic (seed {PARAMS.seed}), "
-        f"hashes are 64-bit BLAKE2b chained over blocks, first 8 hex digits shown. "
-        f"Waste panel: {WASTE.requests} requests, lengths lognormal with median {WASTE.median_tokens:.0f} tokens "
-        f"(sigma {WASTE.sigma}), cut at the reservation. Memory counts only; no GPU timing is modelled.")
     layout = pn.Column(
         pn.Row(pn.Column(step, caching, system, counts, compare, width=CONTROL_WIDTH + 20),
                pn.Column(description, pn.pane.Bokeh(p_pool), pn.pane.Bokeh(p_tab))),

@@ -17,13 +17,14 @@ from __future__ import annotations
 import panel as pn
 from bokeh.models import ColumnDataSource, Legend, LegendItem
 
-from sim import hardware
 from sim.attention import FlashParams, compare_flash_attention
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, VERMILION, FigureView, plot, provenance, readout,
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, VERMILION, FigureView, gpu_select, plot, provenance, readout,
                           rows_table, watch)
 
 FIGURE_ID = "ch08-flash"
 TITLE = "HBM traffic and time of attention: naive vs tiled (FlashAttention)"
+COMPUTE = compare_flash_attention
+PARAMS = FlashParams
 DEFAULT = FlashParams()
 SEQ_LENS = [512 * 2 ** k for k in range(9)]          # 512 .. 131,072 tokens
 TILES = [16, 32, 64, 128, 256]
@@ -47,7 +48,7 @@ def build() -> FigureView:
                             value=DEFAULT.seq_len, width=CONTROL_WIDTH)
     tile = pn.widgets.RadioButtonGroup(options=TILES, value=DEFAULT.tile, width=CONTROL_WIDTH)
     tile_label = pn.pane.HTML("Query tile (rows kept on chip)", width=CONTROL_WIDTH, margin=(6, 10, 0, 10))
-    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value=DEFAULT.gpu, width=CONTROL_WIDTH)
+    gpu = gpu_select(DEFAULT.gpu)
 
     cols = {"n": [], "naive": [], "tiled": [], "floor": []}
     bytes_curve, bytes_point = ColumnDataSource(data=dict(cols)), ColumnDataSource(data=dict(cols))
@@ -75,28 +76,25 @@ def build() -> FigureView:
 
     def update() -> None:
         r = compare_flash_attention(FlashParams(gpu=gpu.value, seq_len=seq.value, tile=tile.value))
-        i = list(r.seq_len_grid).index(r.seq_len)
         grid = r.seq_len_grid
         bytes_curve.data = {"n": grid, "naive": r.naive_bytes / 1e6, "tiled": r.tiled_bytes / 1e6,
                             "floor": r.tiled_min_bytes / 1e6}
         bytes_point.data = {"n": [r.seq_len], "naive": [r.naive_bytes_at / 1e6], "tiled": [r.tiled_bytes_at / 1e6],
-                            "floor": [float(r.tiled_min_bytes[i]) / 1e6]}
+                            "floor": [r.tiled_min_bytes_at / 1e6]}
         time_curve.data = {"n": grid, "naive": r.naive_time_s * 1e6, "tiled": r.tiled_time_s * 1e6,
                            "floor": r.tiled_min_time_s * 1e6}
         time_point.data = {"n": [r.seq_len], "naive": [r.naive_time_s_at * 1e6], "tiled": [r.tiled_time_s_at * 1e6],
-                           "floor": [float(r.tiled_min_time_s[i]) * 1e6]}
+                           "floor": [r.tiled_min_time_s_at * 1e6]}
         numbers.object = rows_table([
             ("N\u00d7N scores", _bytes(r.score_matrix_bytes_at)),
             ("naive", f"{_bytes(r.naive_bytes_at)}, {_time(r.naive_time_s_at)}"),
             ("tiled, re-reads from HBM", f"{_bytes(r.tiled_bytes_at)}, {_time(r.tiled_time_s_at)}"),
             ("tiled, re-reads from L2",
-             f"{_bytes(float(r.tiled_min_bytes[i]))}, {_time(float(r.tiled_min_time_s[i]))}"),
+             f"{_bytes(r.tiled_min_bytes_at)}, {_time(r.tiled_min_time_s_at)}"),
             ("naive / tiled bytes", f"{r.traffic_ratio_at:,.2f}\u00d7 (HBM) to {r.traffic_ratio_min_at:,.0f}\u00d7 (L2)"),
             ("bandwidth assumed", f"{r.bandwidth_bytes_per_s / 1e12:.2f} TB/s"),
         ])
-        note.object = provenance(
-            f"One attention head, head dim {DEFAULT.head_dim}, {DEFAULT.dtype} (2 bytes per score), no causal mask; "
-            f"both variants do the same FLOPs. Time = max(bytes / bandwidth, FLOPs / FLOP/s). {r.calibration_note}")
+        note.object = provenance(r.note)
 
     watch([seq, tile, gpu], update)
     update()

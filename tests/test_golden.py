@@ -19,7 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.figures import FIGURES
+import widgets
+from sim.figures import FIGURES as SIM_FIGURES, FigureSim
+
+# figures whose module names its one sim call (COMPUTE, PARAMS) join those listed in sim.figures
+FIGURES = {**SIM_FIGURES, **{fid: FigureSim(m.COMPUTE, m.PARAMS, ())
+                             for fid in sorted(set(widgets.FIGURES) - set(SIM_FIGURES))
+                             for m in [widgets.module(fid)] if hasattr(m, "COMPUTE")}}
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SIG_DIGITS = 6            # significant digits a float is stored with

@@ -36,7 +36,7 @@ def test_ch04_slot_states_are_in_a_legend():
     assert set(w.KIND_COLOURS.values()) <= legend_colours(widgets.build("ch04-scheduler"))
 
 
-@pytest.mark.parametrize("number", ["01", "04", "05", "07"])
+@pytest.mark.parametrize("number", ["01", "04", "05", "07", "14", "15", "16"])
 def test_chapter_asks_the_reader_to_predict_first(number):
     text = next(CHAPTERS.glob(f"{number}-*.md")).read_text()
     asks = re.findall(r'question\("Before you ([^"]+)"', text)

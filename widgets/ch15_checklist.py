@@ -40,13 +40,14 @@ def build() -> FigureView:
 
     boxes = ColumnDataSource(data={"x": [], "y": [], "text": [], "colour": []})
     edges = ColumnDataSource(data={"x0": [], "y0": [], "x1": [], "y1": []})
-    p = plot("", "", "", width=640, height=300, x_range=Range1d(-0.55, 2.55), y_range=Range1d(-0.6, ROWS - 0.4))
+    p = plot("", "", "", width=640, height=300, x_range=Range1d(-0.55, 2.55), y_range=Range1d(-0.6, ROWS - 0.25))
     p.segment("x0", "y0", "x1", "y1", source=edges, color=GREY, line_width=1.2)
     p.rect("x", "y", width=0.8, height=0.7, source=boxes, fill_color="colour", fill_alpha=0.18,
            line_color="colour")
     p.text("x", "y", text="text", source=boxes, text_align="center", text_baseline="middle", text_font_size="11px")
     for x, head in ((0, "symptom"), (1, "measure"), (2, "likely causes, in order")):
-        p.text([x], [ROWS - 0.55], text=[head], text_align="center", text_font_size="11px", text_color="#555")
+        p.text([x], [ROWS - 0.5], text=[head], text_align="center", text_baseline="middle", text_font_size="11px",
+               text_color="#555")
     p.axis.visible = False
     p.grid.visible = False
     table, note = readout(width=900), readout(width=900)

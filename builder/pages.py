@@ -126,7 +126,7 @@ def read_chapters() -> list[Chapter]:
 def table_of_contents(chapters: list[Chapter]) -> list[dict]:
     """Every chapter of the guide in order: the written ones (with their page), then the ones
     site/plan.toml lists as planned (page None). A planned number that has been written is an error."""
-    planned = tomllib.loads((common.SITE_SRC / "plan.toml").read_text())["planned"]
+    planned = tomllib.loads((common.SITE_SRC / "plan.toml").read_text()).get("planned", [])
     written = {c.number for c in chapters}
     for entry in planned:
         if entry["number"] in written:

@@ -252,10 +252,14 @@ def test_pages_tell_the_worker_where_the_runtime_is(site_dir):
     """Every page with figures carries the build's layout for static/worker.js, and each
     path in it is a file or folder of the built site."""
     want = pages.worker_config()
-    for c in pages.read_chapters():
-        for name in [c.file, *(f"figure-{f}.html" for f in c.figures)]:
+    chapters = pages.read_chapters()
+    for c in chapters:
+        for name in [c.file, *(f"figure-{f}.html" for f in c.figures)] if c.figures else []:
             assert page_runtime_config((site_dir / name).read_text()) == want, name
-    assert 'runtime: ' not in (site_dir / "index.html").read_text()      # no figures, no worker
+    no_figures = ["index.html", *(c.file for c in chapters if not c.figures)]
+    assert len(no_figures) > 1                                           # e.g. the reading list
+    for name in no_figures:                                              # no figures, no worker
+        assert 'runtime: ' not in (site_dir / name).read_text(), name
     assert (site_dir / want["module"]).is_file() and (site_dir / want["lock"]).is_file()
     assert (site_dir / want["pyodide"] / "pyodide.asm.wasm").is_file()
     assert (site_dir / want["panel_cdn_root"]).is_dir()

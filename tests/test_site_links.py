@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import build
+from builder import common
 
 ATTR = re.compile(r'<(\w+)\b[^>]*?\s(href|src|xlink:href)="([^"]*)"', re.S)
 IDS = re.compile(r'\sid="([^"]+)"')
@@ -20,7 +20,7 @@ NO_REQUEST = ("data:", "mailto:")        # inline data and mail links fetch noth
 
 
 def reference_urls() -> set[str]:
-    refs = tomllib.loads((build.SITE_SRC / "references.toml").read_text())["references"]
+    refs = tomllib.loads((common.SITE_SRC / "references.toml").read_text())["references"]
     return {r["url"] for r in refs if r.get("url")}
 
 

@@ -59,7 +59,8 @@ def _sec(page: str, anchor: str, label: str) -> Link:
 
 CH00, CH01, CH02, CH03 = "ch00-memory-wall.html", "ch01-one-call.html", "ch02-phases.html", "ch03-gpu.html"
 CH04, CH05, CH06, CH07 = "ch04-batching.html", "ch05-latency.html", "ch06-kv-cache.html", "ch07-paging.html"
-CH08, CH14 = "ch08-flash.html", "ch14-model-vs-measured.html"
+CH08, CH09, CH10 = "ch08-flash.html", "ch09-speculative.html", "ch10-quantization.html"
+CH12, CH13, CH14 = "ch12-parallel.html", "ch13-engines.html", "ch14-model-vs-measured.html"
 
 SYMPTOMS: dict[str, Symptom] = {
     "slow-first-token": Symptom(
@@ -98,7 +99,7 @@ SYMPTOMS: dict[str, Symptom] = {
         (Cause("weight reads", "Every step reads all the weights: the memory wall.",
                "Bytes per step / TPOT is near the GPU's bandwidth.",
                "Fewer bytes per weight (quantization), speculative decoding, a GPU with more bandwidth.",
-               (_fig("ch00-decode-meter", CH00), _fig("ch03-roofline", CH03))),
+               (_fig("ch00-decode-meter", CH00), _fig("ch10-quant", CH10), _fig("ch09-speculative-speedup", CH09))),
          Cause("long context", "Each step also reads the whole KV cache of the conversation.",
                "TPOT grows with the context length of the request.",
                "GQA models, an fp8 KV cache, shorter contexts.",
@@ -137,11 +138,11 @@ SYMPTOMS: dict[str, Symptom] = {
                                 "longer add tokens per second.",
                "Step time grows in proportion to the batch.",
                "This is the GPU's limit: more GPUs, or fewer FLOPs per token (fp8, smaller model).",
-               (_fig("ch04-batch-knee", CH04),)),
+               (_fig("ch04-batch-knee", CH04), _fig("ch12-parallel", CH12))),
          Cause("experts", "A mixture-of-experts model reads more experts as the batch grows.",
                "Weight bytes per step grow with the batch.",
                "Expert parallelism across GPUs; measure, since routing decides it.",
-               (_sec(CH14, "experts", "ch14: experts"),)))),
+               (_fig("ch12-parallel", CH12), _sec(CH14, "experts", "ch14: experts"))))),
     "out-of-memory": Symptom(
         "Out of memory",
         (("weights", "bytes of the weights at their stored precision"),
@@ -150,7 +151,7 @@ SYMPTOMS: dict[str, Symptom] = {
         (Cause("weights too big", "The weights alone do not fit beside a useful cache.",
                "Weights take most of the usable memory; the engine reports a tiny KV pool.",
                "Quantize the weights or split the model over GPUs.",
-               (_fig("ch06-kv-budget", CH06),)),
+               (_fig("ch06-kv-budget", CH06), _fig("ch10-quant", CH10), _fig("ch12-parallel", CH12))),
          Cause("context x batch", "The maximum context times the number of sequences exceeds the cache.",
                "Failures at start-up with a large max model length, or preemptions under load.",
                "Lower the maximum context or the maximum batch; fp8 KV.",
@@ -186,7 +187,7 @@ SYMPTOMS: dict[str, Symptom] = {
                                   "the step.",
                "CPU time per step comparable to GPU time.",
                "An engine with asynchronous scheduling; fewer per-step host operations.",
-               (_sec(CH14, "fixed-costs", "ch14: fixed costs"),)),
+               (_sec(CH14, "fixed-costs", "ch14: fixed costs"), _fig("ch13-engines", CH13))),
          Cause("small kernels", "Kernels too small to reach the bandwidth the roofline assumes.",
                "Measured kernel times well above bytes / bandwidth.",
                "Larger batches; fused kernels.",

@@ -21,6 +21,7 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, FigureView, 
 
 FIGURE_ID = "ch03-hierarchy"
 TITLE = "The GPU memory hierarchy: capacity and bandwidth of each level"
+STATES = {"h200": {"gpu": "H200"}, "b200": {"gpu": "B200"}}   # named states (widgets.state), as the chapter uses them
 
 # basis keyword (the first word of HierarchyResult.bandwidth_basis) -> legend group
 GROUPS = {"datasheet": "published", "published": "published", "derived": "derived", "assumed": "assumed"}

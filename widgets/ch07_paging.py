@@ -28,6 +28,9 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMI
 
 FIGURE_ID = "ch07-paging"
 TITLE = "A paged KV cache: block tables, shared prefix blocks, and the memory contiguous slabs waste"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "no-caching": {"caching": False},
+    "last-step": {"step": 20}}
 
 PARAMS = PagingParams()                   # 4 requests, 24 blocks of 16 tokens
 WASTE = WasteParams()                     # 64 requests, lognormal lengths

@@ -24,6 +24,9 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, VERMILION, FigureView, plo
 
 FIGURE_ID = "ch08-flash"
 TITLE = "HBM traffic and time of attention: naive vs tiled (FlashAttention)"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "long-sequence": {"seq_len": 131072},
+    "small-tile": {"tile": 16}}
 DEFAULT = FlashParams()
 SEQ_LENS = [512 * 2 ** k for k in range(9)]          # 512 .. 131,072 tokens
 TILES = [16, 32, 64, 128, 256]

@@ -19,6 +19,8 @@ The recipe, in the order `build_into` runs it (each step's module in brackets):
                         of its default state (builder.posters) painted at once;
 4. render_pages         chapters, standalone figure pages, index and references (jinja2);
    [builder.pages]      the pages carry what the browser's worker needs to find the runtime;
+   build_slides         the example slide deck (site/slides/) with reveal.js from npm
+   [builder.slides]     (pinned, sha256-checked), embedding figure pages in chosen states;
 5. write_manifest       gzip copies, then sha256 and size of every output file;
    [builder.output]
 6. swap_into_place      the finished build replaces _site/ atomically.
@@ -49,6 +51,7 @@ from builder.pages import read_chapters, read_references, render_pages, select_c
 from builder.prerender import prerender_figures
 from builder.runtime import vendor_runtime
 from builder.serve import serve_forever
+from builder.slides import build_slides
 from builder.wheels import build_guide_wheel, check_shipped_wheels
 
 
@@ -64,6 +67,7 @@ def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) 
     references = read_references()
     figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
     render_pages(staging, chapters, figures, references, runtime, contents)
+    build_slides(staging, set(figures))
     precompress(staging)
     write_manifest(staging)
 

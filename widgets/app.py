@@ -7,10 +7,10 @@ the server process (not in the browser). Run by `panel serve`:
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import widgets
+from widgets.state import parse_value
 
 
 def parse(args: list[str]) -> tuple[str, str | None, dict]:
@@ -20,13 +20,7 @@ def parse(args: list[str]) -> tuple[str, str | None, dict]:
         raise SystemExit(f"usage: ID [STATE] [key=value ...]; figure ids: {', '.join(widgets.FIGURES)}")
     figure_id, rest = args[0], args[1:]
     state = rest.pop(0) if rest and "=" not in rest[0] else None
-    values = {}
-    for item in rest:
-        key, _, text = item.partition("=")
-        try:
-            values[key] = json.loads(text)
-        except ValueError:
-            values[key] = text
+    values = {key: parse_value(text) for key, _, text in (item.partition("=") for item in rest)}
     return figure_id, state, values
 
 

@@ -76,6 +76,17 @@ def checked(figure_id: str, key: str, widget, value: Any) -> Any:
     return value
 
 
+def parse_value(text: str) -> Any:
+    """A control value written as text (a command line, a URL): JSON where it parses
+    (64, 0.5, true), the text itself otherwise (H200)."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def apply_state(view, **values: Any):
     """Set the controls of FigureView `view` to `values` (control key -> value), each checked
     against its control first; the figure updates as if a reader had moved them. Returns `view`."""

@@ -104,6 +104,9 @@ class Browser:
     def __enter__(self):
         from playwright.sync_api import sync_playwright
 
+        if not Path(CHROMIUM).is_file():
+            raise BuildError(f"--export renders in Chromium, and {CHROMIUM} is missing (./dev test installs "
+                             f"Debian's chromium)")
         self._pw = sync_playwright().start()
         self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         self.ctx = self._browser.new_context(device_scale_factor=SCALE, viewport=VIEWPORT)

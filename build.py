@@ -3,6 +3,8 @@
 
     python build.py            build into _site/
     python build.py --serve    build, then serve _site/ on http://127.0.0.1:8000/
+    python build.py --export   build, then write every figure's pictures (PNG, SVG) in its
+                               default and named states, and offline pages, into _exports/
 
 The recipe, in the order `build_into` runs it (each step's module in brackets):
 
@@ -17,6 +19,8 @@ The recipe, in the order `build_into` runs it (each step's module in brackets):
                         of its default state (builder.posters) painted at once;
 4. render_pages         chapters, standalone figure pages, index and references (jinja2);
    [builder.pages]      the pages carry what the browser's worker needs to find the runtime;
+   build_slides         the example slide deck (site/slides/) with reveal.js from npm
+   [builder.slides]     (pinned, sha256-checked), embedding figure pages in chosen states;
 5. write_manifest       gzip copies, then sha256 and size of every output file;
    [builder.output]
 6. swap_into_place      the finished build replaces _site/ atomically.
@@ -47,6 +51,7 @@ from builder.pages import read_chapters, read_references, render_pages, select_c
 from builder.prerender import prerender_figures
 from builder.runtime import vendor_runtime
 from builder.serve import serve_forever
+from builder.slides import build_slides
 from builder.wheels import build_guide_wheel, check_shipped_wheels
 
 
@@ -62,6 +67,7 @@ def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) 
     references = read_references()
     figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
     render_pages(staging, chapters, figures, references, runtime, contents)
+    build_slides(staging, set(figures))
     precompress(staging)
     write_manifest(staging)
 
@@ -95,8 +101,11 @@ def main() -> int:
                     "to take the core and wasm wheels from, instead of npm/PyPI")
     ap.add_argument("--out", type=Path, default=OUT, help="output folder (default _site/)")
     ap.add_argument("--serve", action="store_true", help="serve the site after building")
-    ap.add_argument("--no-build", action="store_true", help="with --serve: serve the existing build")
+    ap.add_argument("--no-build", action="store_true", help="with --serve or --export: use the existing build")
     ap.add_argument("--verify", action="store_true", help="check an existing build against its MANIFEST.json")
+    ap.add_argument("--export", action="store_true", help="also write the figures' pictures (PNG at 2x, SVG) "
+                    "in their default and named states and self-contained pages (builder.export)")
+    ap.add_argument("--export-dir", type=Path, default=None, help="where --export writes (default _exports/)")
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
     ap.add_argument("--chapters", type=lambda t: [int(x) for x in t.split(",")],
                     help="build only these chapter numbers, e.g. 3,4 (for working on a chapter)")
@@ -116,6 +125,13 @@ def main() -> int:
             name = str(e) or "SIGINT"
             print(f"build interrupted ({name}); the previous site in {out} is unchanged", file=sys.stderr)
             return 128 + int(getattr(signal.Signals, name, signal.SIGINT))
+    if args.export:
+        from builder.export import EXPORTS, export_figures
+        try:
+            export_figures((args.export_dir or EXPORTS).resolve())
+        except BuildError as e:
+            print(f"export failed: {e}", file=sys.stderr)
+            return 1
     if args.serve:
         return serve_forever(out, args.port)
     return 0

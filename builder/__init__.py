@@ -7,8 +7,11 @@
     prerender each figure built in CPython: its Bokeh document and its poster
     posters   the SVG poster of a figure's default state, painted with the page's HTML
     pages     chapters (front matter, figure() calls, macros), figure pages, index, references
+    slides    the example slide deck (site/slides/) and reveal.js from its pinned npm package
     output    gzip copies, MANIFEST.json, the atomic swap into place, recovery, signals
     serve     the local server (gzip-aware)
+    export    (--export only) each figure's PNG and SVG in its default and named states, and
+              a self-contained page of it, rendered in Chromium with the network refused
 
 Everything here runs at build time on CPython; none of it ships to the browser.
 """

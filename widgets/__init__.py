@@ -55,3 +55,20 @@ def sim_call(figure_id: str) -> tuple[str, str]:
     if missing:
         raise ValueError(f"{mod.__name__} must define {' and '.join(missing)} (the sim call behind the figure)")
     return dotted(mod.COMPUTE), dotted(mod.PARAMS)
+
+
+def states(figure_id: str) -> dict:
+    """The named states figure `figure_id` declares: name -> {control key: value} ({} if none)."""
+    from widgets.state import named_states
+
+    return named_states(module(figure_id))
+
+
+def figure(figure_id: str, state: str | None = None, **values):
+    """The figure `figure_id` with its controls set: a named state (see `states`) and/or
+    control values by key, e.g. figure("ch04-batch-knee", gpu="H200", batch=64). Each value
+    is checked against its control (ValueError names the figure, key and valid values).
+    The FigureView it returns displays itself in a notebook."""
+    from widgets.state import apply_state, state_values
+
+    return apply_state(build(figure_id), **state_values(module(figure_id), figure_id, state, values))

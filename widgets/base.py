@@ -56,6 +56,14 @@ class FigureView:
         for key, pane in self.readouts.items():
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
 
+    def __panel__(self) -> pn.viewable.Viewable:      # pn.panel(view), pn.Row(view, ...)
+        return self.layout
+
+    def _repr_mimebundle_(self, include=None, exclude=None):   # a notebook shows the layout
+        if not pn.extension._loaded:
+            pn.extension()
+        return self.layout._repr_mimebundle_(include, exclude)
+
 
 def gpu_select(value: str = "H100-SXM", *, label: str = "GPU", width: int = CONTROL_WIDTH,
                names: list[str] | None = None) -> pn.widgets.Select:

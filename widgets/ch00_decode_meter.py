@@ -25,6 +25,10 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, Fig
 
 FIGURE_ID = "ch00-decode-meter"
 TITLE = "Bytes read against FLOPs done in each decode step"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "h200": {"gpu": "H200"},
+    "batch-64": {"batch": 64},
+    "no-kv-cache": {"cache": False, "step": 32}}
 STEPS = 32                                  # decode steps the stepper walks through
 PROMPT_TOKENS = 512                         # tokens each user holds in the cache before step 1
 MAX_BATCH = 512

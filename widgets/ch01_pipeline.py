@@ -28,6 +28,10 @@ FIGURE_ID = "ch01-pipeline"
 TITLE = "One generation step, stage by stage"
 COMPUTE = describe_pipeline
 PARAMS = PipelineParams
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "greedy": {"temperature": 0.0},
+    "top-p-half": {"top_p": 0.5},
+    "mixtral-mlp": {"model": "mixtral-8x7b", "step": 4}}
 STAGES = ["tokenize", "embed", "attention", "mlp", "head", "sample", "repeat"]   # the stepper's steps
 STAGE_LABELS = {"tokenize": "tokenize", "embed": "embed", "attention": "attention", "mlp": "MLP",
                 "head": "head", "sample": "sample", "repeat": "repeat"}

@@ -29,6 +29,10 @@ from widgets.base import (BLUE, CONTROL_WIDTH, VERMILION, FigureView, plot, prov
 
 FIGURE_ID = "ch02-phases"
 TITLE = "Prefill and decode of one request"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "prompt-128k": {"prompt": 131072},
+    "h200": {"gpu": "H200"},
+    "one-output-token": {"output": 1}}
 PHASES = ["decode", "prefill"]            # bottom to top on the timeline
 BOUND_COLORS = {"compute": VERMILION, "memory": BLUE}
 INTENSITY_FLOOR, INTENSITY_CEIL = 0.3, 3e4        # FLOP/byte axis

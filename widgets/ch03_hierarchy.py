@@ -22,6 +22,7 @@ FIGURE_ID = "ch03-hierarchy"
 TITLE = "The GPU memory hierarchy: capacity and bandwidth of each level"
 COMPUTE = memory_hierarchy
 PARAMS = HierarchyParams
+STATES = {"h200": {"gpu": "H200"}, "b200": {"gpu": "B200"}}   # named states (widgets.state), as the chapter uses them
 
 # basis keyword (the first word of HierarchyResult.bandwidth_basis) -> legend group
 GROUPS = {"datasheet": "published", "published": "published", "derived": "derived", "assumed": "assumed"}

@@ -32,6 +32,7 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY,
 
 FIGURE_ID = "ch03-roofline"
 TITLE = "The roofline, with the operations of an LLM placed on it"
+STATES = {"batch-1": {"batch": 1}, "fp8": {"dtype": "fp8"}}   # named states (widgets.state), as the chapter uses them
 
 DTYPE_ORDER = ("bf16", "fp8", "int8", "fp4", "fp32")     # fp16 has the same roof as bf16 on these chips
 GROUPS = {                                                # RooflineChartResult.op_groups -> legend, colour

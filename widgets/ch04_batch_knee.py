@@ -24,6 +24,10 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, VERMILION, F
 
 FIGURE_ID = "ch04-batch-knee"
 TITLE = "Decode step time and throughput against batch size"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "batch-64": {"batch": 64},
+    "h200-batch-64": {"gpu": "H200", "batch": 64},
+    "long-context": {"batch": 64, "context": 32768}}
 CONTEXTS = {"256 tokens": 256, "2,048 tokens": 2048, "8,192 tokens": 8192, "32,768 tokens": 32768}
 
 

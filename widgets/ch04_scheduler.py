@@ -33,6 +33,9 @@ FIGURE_ID = "ch04-scheduler"
 TITLE = "Static and continuous batching of the same requests"
 COMPUTE = compare_schedules
 PARAMS = SchedulerParams
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "long-prompt": {"long_prompt": True},
+    "chunked-prefill": {"long_prompt": True, "chunked": True}}
 MODELS = ("llama-3.1-8b", "llama-2-7b", "gemma-7b", "llama-3.2-1b")   # fit on every GPU in the list
 BUDGETS = (128, 256, 512, 1024, 2048, 4096)
 TIMEOUTS_MS = (0, 25, 50, 100, 200)

@@ -24,6 +24,9 @@ FIGURE_ID = "ch05-latency"
 TITLE = "TTFT, TPOT and end-to-end latency of one request"
 COMPUTE = estimate_latency
 PARAMS = LatencyParams
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "summarise": {"preset": "summarise"},
+    "essay": {"preset": "essay"}}
 
 PRESET_LABELS = {"chat": "chat", "summarise": "summarise", "essay": "essay"}
 # slider ranges: prompt + output stays within Llama 3.1's 131,072-token context

@@ -24,6 +24,9 @@ FIGURE_ID = "ch05-load"
 TITLE = "A loaded server: TTFT and TPOT of every request, their P50 and P99, and the share meeting the SLO"
 COMPUTE = simulate_load
 PARAMS = LoadParams
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "rate-40": {"rate": 40},
+    "no-prefill": {"prefill": 0}}
 
 DEFAULTS = LoadParams()
 GPUS = ["H100-SXM", "H200", "A100-80GB", "B200"]

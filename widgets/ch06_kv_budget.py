@@ -27,6 +27,9 @@ from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, Fig
 
 FIGURE_ID = "ch06-kv-budget"
 TITLE = "KV budget: sequences that fit and decode time as the cache grows"
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "h200": {"gpu": "H200"},
+    "fp8-kv": {"kv_dtype": "fp8"}}
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 GB = 1e9
 

@@ -25,6 +25,9 @@ FIGURE_ID = "ch06-kv-size"
 TITLE = "KV cache size against context, batch, precision and attention type"
 COMPUTE = kv_size
 PARAMS = KVSizeParams
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "mha": {"attention": "mha"},
+    "70b-128k": {"model": "llama-3.1-70b", "context": 131072}}
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ATTENTION = {"as trained": "model", "MHA": "mha", "MQA": "mqa", "GQA-8": "gqa"}   # extremes, then the middle
 GB = 1e9

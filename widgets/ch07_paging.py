@@ -31,6 +31,9 @@ TITLE = "A paged KV cache: block tables, shared prefix blocks, and the memory co
 COMPUTE = compare_prefix_caching
 PARAMS = PagingParams                     # default: 4 requests, 24 blocks of 16 tokens
 DEFAULT = PARAMS()
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "no-caching": {"caching": False},
+    "last-step": {"step": 20}}
 WASTE = WasteParams()                     # 64 requests, lognormal lengths
 SYSTEM_PROMPTS = {"8 tokens (under one block)": 8, "40 tokens (2 full blocks + 8)": 40,
                   "64 tokens (4 full blocks)": 64, "128 tokens (8 full blocks)": 128}

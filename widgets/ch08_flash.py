@@ -26,6 +26,9 @@ TITLE = "HBM traffic and time of attention: naive vs tiled (FlashAttention)"
 COMPUTE = compare_flash_attention
 PARAMS = FlashParams
 DEFAULT = FlashParams()
+STATES = {  # named states (widgets.state), as the chapter uses them
+    "long-sequence": {"seq_len": 131072},
+    "small-tile": {"tile": 16}}
 SEQ_LENS = [512 * 2 ** k for k in range(9)]          # 512 .. 131,072 tokens
 TILES = [16, 32, 64, 128, 256]
 

@@ -1,0 +1,109 @@
+"""Figures from Python: widgets.figure (notebooks), named states, and the checks on control values."""
+from __future__ import annotations
+
+import re
+import types
+
+import panel as pn
+import pytest
+
+import widgets
+from sim.roofline import BatchSweepParams, sweep_batch
+from widgets.app import parse
+from widgets.state import apply_state, named_states, parse_value
+
+STATES = [(fid, None) for fid in widgets.FIGURES] + [
+    (fid, name) for fid in widgets.FIGURES for name in widgets.states(fid)]
+
+
+@pytest.mark.parametrize("figure_id,state", STATES, ids=[f"{f}-{s or 'default'}" for f, s in STATES])
+def test_every_figure_builds_in_every_named_state(figure_id, state):
+    view = widgets.figure(figure_id, state)
+    want = widgets.states(figure_id).get(state, {})      # (a preset control may move others too)
+    assert {k: view.controls[k].value for k in want} == want
+    if state is None:
+        assert {k: w.value for k, w in view.controls.items()} == {
+            k: w.value for k, w in widgets.build(figure_id).controls.items()}
+    assert pn.panel(view) is view.layout          # what a notebook cell shows
+
+
+def test_states_are_declared_one_to_three_per_figure_with_slug_names():
+    for fid in widgets.FIGURES:
+        states = widgets.states(fid)
+        assert 1 <= len(states) <= 3, fid
+        assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) for name in states), fid
+
+
+def test_states_are_optional():
+    assert named_states(types.ModuleType("widgets.ch99_none")) == {}
+    with pytest.raises(ValueError, match="STATES must map"):
+        named_states(types.SimpleNamespace(__name__="widgets.ch99_bad", STATES={"a": 1}))
+
+
+def test_a_state_shows_what_the_sim_computes_for_it():
+    r = sweep_batch(BatchSweepParams(gpu="H200", batch=64))
+    default = widgets.figure("ch04-batch-knee").readouts["numbers"].object
+    shown = widgets.figure("ch04-batch-knee", "h200-batch-64").readouts["numbers"].object
+    assert f"{r.step_time_s_at_batch * 1e3:.2f} ms" in shown
+    assert f"{r.tokens_per_s_total_at_batch:,.0f} tokens/s" in shown
+    assert shown != default
+    # values given by key override the named state's
+    view = widgets.figure("ch04-batch-knee", "h200-batch-64", batch=128)
+    assert (view.controls["gpu"].value, view.controls["batch"].value) == ("H200", 128)
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"batch": 0}, "batch=0 is not valid (out of range); batch accepts an integer from 1 to 1024"),
+    ({"batch": 1025}, "batch=1025 is not valid (out of range)"),
+    ({"batch": 2.5}, "batch=2.5 is not valid; batch accepts an integer from 1 to 1024"),
+    ({"batch": True}, "batch=True is not valid"),
+    ({"batch": "64"}, "batch='64' is not valid"),
+    ({"gpu": "H300"}, "gpu='H300' is not valid; gpu accepts one of 'H100-SXM', 'H200'"),
+    ({"context": 1000}, "context=1000 is not valid; context accepts one of 256, 2048, 8192, 32768"),
+    ({"gpus": "H200"}, "figure ch04-batch-knee has no control 'gpus'; its controls are batch, gpu, model, context"),
+])
+def test_bad_values_name_the_figure_key_and_valid_values(values, message):
+    view = widgets.figure("ch04-batch-knee")
+    before = view.readouts["numbers"].object
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        apply_state(view, gpu="H200", **values) if "gpu" not in values else apply_state(view, **values)
+    assert str(err.value).startswith("figure ch04-batch-knee")
+    # nothing was set: every value is checked before any control moves
+    assert view.controls["gpu"].value == "H100-SXM" and view.readouts["numbers"].object == before
+
+
+def test_float_sliders_toggles_and_option_types():
+    with pytest.raises(ValueError, match=r"temperature=2\.5 is not valid \(out of range\); temperature accepts "
+                                         r"a number from 0\.0 to 2\.0 in steps of 0\.05"):
+        widgets.figure("ch01-pipeline", temperature=2.5)
+    with pytest.raises(ValueError, match=r"between the slider's steps"):
+        widgets.figure("ch01-pipeline", temperature=0.33)
+    assert widgets.figure("ch01-pipeline", temperature=0.35).controls["temperature"].value == 0.35
+    with pytest.raises(ValueError, match=r"long_prompt=1 is not valid; long_prompt accepts True or False"):
+        widgets.figure("ch04-scheduler", long_prompt=1)
+    with pytest.raises(ValueError, match=r"cache=1 is not valid; cache accepts one of True, False"):
+        widgets.figure("ch00-decode-meter", cache=1)
+    # an int where the options are floats is the same number
+    assert widgets.figure("ch04-scheduler", timeout=0).controls["timeout"].value == 0.0
+
+
+def test_unknown_figure_and_state():
+    with pytest.raises(ValueError, match="unknown figure 'ch04-nope'; valid ids: ch00-decode-meter"):
+        widgets.figure("ch04-nope")
+    with pytest.raises(ValueError, match="figure ch04-batch-knee has no named state 'h300'; its states are: batch-64"):
+        widgets.figure("ch04-batch-knee", "h300")
+
+
+def test_command_line_and_url_values():
+    assert [parse_value(t) for t in ("64", "0.5", "true", "H200", "llama-3.1-8b")] == [64, 0.5, True, "H200",
+                                                                                          "llama-3.1-8b"]
+    assert parse(["ch04-batch-knee", "h200-batch-64", "batch=128", "gpu=B200"]) == (
+        "ch04-batch-knee", "h200-batch-64", {"batch": 128, "gpu": "B200"})
+    assert parse(["ch04-batch-knee", "batch=8"]) == ("ch04-batch-knee", None, {"batch": 8})
+
+
+def test_notebook_display():
+    pytest.importorskip("IPython")
+    bundle = widgets.figure("ch04-batch-knee", batch=64)._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "text/html" in data and "application/vnd.holoviews_exec.v0+json" in data   # Panel's notebook output

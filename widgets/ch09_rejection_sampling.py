@@ -25,6 +25,7 @@ FIGURE_ID = "ch09-rejection-sampling"
 TITLE = "The acceptance rule: emitted tokens against the target distribution"
 COMPUTE = demonstrate_rejection_sampling
 PARAMS = RejectionParams
+STATES = {"many-samples": {"samples": 200000}, "seed-3": {"seed": 3}}   # named states (widgets.state)
 DEFAULT = PARAMS()
 TOKENS = ["the", "a", "one", "this", "my", "our"]        # labels for the six tokens of the demo
 SAMPLES = {"1,000": 1_000, "20,000": 20_000, "200,000": 200_000}

@@ -23,6 +23,7 @@ FIGURE_ID = "ch09-speculative-rounds"
 TITLE = "Speculative rounds: accepted, rejected and bonus tokens"
 COMPUTE = simulate_rounds
 PARAMS = RoundsParams
+STATES = {"low-acceptance": {"alpha": 0.5}, "long-drafts": {"k": 8}}   # named states (widgets.state)
 DEFAULT = PARAMS()
 K_MAX = 10
 TOKEN_COLOURS = {"accepted draft": GREEN, "rejected: target's correction": VERMILION, "unchecked, thrown away": "#dddddd",

@@ -31,6 +31,7 @@ FIGURE_ID = "ch09-speculative-speedup"
 TITLE = "Speculative decoding's per-user speedup against batch size"
 COMPUTE = speedup_vs_batch
 PARAMS = SpeedupParams
+STATES = {"h200-70b": {"gpu": "H200", "model": "llama-3.1-70b"}, "ngram": {"drafter": "ngram"}}   # named states (widgets.state)
 DEFAULT = PARAMS()
 SMALL_DRAFTER = "llama-3.2-1b"
 CONTEXTS = {"256 tokens": 256, "1,024 tokens": 1024, "4,096 tokens": 4096, "16,384 tokens": 16384}

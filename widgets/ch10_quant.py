@@ -27,6 +27,8 @@ FIGURE_ID = "ch10-quant"
 TITLE = "Quantizing a weight tensor: levels, error, and decode speed"
 COMPUTE = quantize_demo
 PARAMS = QuantDemoParams
+STATES = {"int2": {"bits": 2}, "nvfp4-outliers": {"format": "nvfp4", "outliers": True},
+          "b200-nvfp4-batch-256": {"format": "nvfp4", "gpu": "B200", "mode": "weights+activations", "batch": 256}}   # named states (widgets.state)
 FORMATS = {"integer": "int", "fp8 e4m3": "fp8_e4m3", "fp8 e5m2": "fp8_e5m2", "fp4 e2m1": "fp4_e2m1",
            "NVFP4": "nvfp4", "MXFP4": "mxfp4"}
 SCALES = {"per tensor": "tensor", "per output channel": "channel", "per group": "group"}

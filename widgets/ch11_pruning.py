@@ -27,6 +27,7 @@ FIGURE_ID = "ch11-pruning"
 TITLE = "2:4 sparsity and 4-bit weights: the speedup the bytes predict and the one measured"
 COMPUTE = predict_pruning_speedup
 PARAMS = PruningParams
+STATES = {"h100": {"gpu": "H100-SXM"}, "engine-overhead": {"engine": 1.5}}   # named states (widgets.state)
 PARTS = (("linear weights", "linear", BLUE), ("head + embedding", "head", SKY), ("KV cache", "kv", GREEN),
          ("activations", "act", YELLOW), ("kernels beyond bytes", "kern", GREY), ("engine per step", "eng", PURPLE))
 KINDS = (("linear weight bytes", ORANGE), ("all step bytes", VERMILION), ("modelled step", BLUE))

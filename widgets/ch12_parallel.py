@@ -25,6 +25,8 @@ FIGURE_ID = "ch12-parallel"
 TITLE = "Spreading a model over GPUs: memory per GPU, decode step, experts touched"
 COMPUTE = plan_parallel
 PARAMS = ParallelParams
+STATES = {"405b": {"model": "llama-3.1-405b"}, "mixtral": {"model": "mixtral-8x7b"},
+          "h200-fp8": {"gpu": "H200", "dtype": "fp8"}}   # named states (widgets.state)
 MODELS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "mixtral-8x7b"]
 CONTEXTS = (1024, 4096, 8192, 32768, 131072)
 GiB = 2 ** 30

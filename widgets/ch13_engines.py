@@ -22,6 +22,7 @@ FIGURE_ID = "ch13-engines"
 TITLE = "Inference engines feature by feature, and the ones that fit your needs"
 COMPUTE = choose_engines
 PARAMS = EngineNeedsParams
+STATES = {"amd": {"hardware": "amd"}, "apple-gguf": {"hardware": "apple", "quant": "gguf"}}   # named states (widgets.state)
 STATUS_COLOURS = {"yes": GREEN, "partial": YELLOW, "no": VERMILION, "not confirmed": GREY}
 STATUS_TEXT = {"yes": "yes", "partial": "partly", "no": "no", "not confirmed": "?"}
 

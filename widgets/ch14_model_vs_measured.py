@@ -22,6 +22,7 @@ FIGURE_ID = "ch14-model-vs-measured"
 TITLE = "Measured kernel times against the calibrated model and the plain roofline"
 COMPUTE = check_model
 PARAMS = ModelCheckParams
+STATES = {"a100": {"device": "a100-80gb"}, "cpu-all-ops": {"device": "cpu-amd-epyc-1-thread", "op": "all"}}   # named states (widgets.state)
 
 
 def _pct(x: float) -> str:

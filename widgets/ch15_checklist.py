@@ -21,6 +21,7 @@ FIGURE_ID = "ch15-checklist"
 TITLE = "A checklist for a slow deployment: symptom, measurements, likely causes"
 COMPUTE = checklist
 PARAMS = ChecklistParams
+STATES = {"out-of-memory": {"symptom": "out-of-memory"}, "outputs-differ": {"symptom": "outputs-differ"}}   # named states (widgets.state)
 ROWS = 5          # the most causes a symptom lists; rows of the diagram
 
 

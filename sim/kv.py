@@ -5,7 +5,7 @@ Every layer keeps a key and a value vector per KV head for every token seen, so
     bytes = 2 x layers x kv_heads x head_dim x tokens x batch x bytes_per_elem
 
 Llama 3.1 8B (32 layers, 8 KV heads of 128) at 8,192 tokens in fp16 is exactly 1 GiB;
-Llama 3.1 70B (80 layers, 8 KV heads of 128) at 131,072 tokens is 40 GiB (GUIDE_PLAN ch06).
+Llama 3.1 70B (80 layers, 8 KV heads of 128, R5) at 131,072 tokens is 40 GiB (320 KiB a token).
 
 >>> kv_cache_bytes(layers=32, kv_heads=8, head_dim=128, seq_len=8192) == 2 ** 30
 True

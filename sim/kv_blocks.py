@@ -33,7 +33,8 @@ class OutOfBlocks(RuntimeError):
 
 
 def blocks_for(tokens, block_size: int):
-    """Blocks that hold `tokens` tokens: ceil(tokens / block_size), exact for integers (and elementwise on integer arrays).
+    """Blocks that hold `tokens` tokens: ceil(tokens / block_size), exact for any integer
+    (no float division) and elementwise on integer arrays.
 
     >>> blocks_for(0, 16), blocks_for(1, 16), blocks_for(32, 16)
     (0, 1, 2)

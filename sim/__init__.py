@@ -10,6 +10,7 @@ Importing `sim` imports nothing else; import the module a figure needs:
     roofline     FLOPs, bytes and time per op and per forward pass; ridge, knee, sweeps
     latency      TTFT, TPOT, ITL, end-to-end; a loaded server; goodput (DistServe) under SLOs
     kv           KV-cache size, budget and sequences that fit
+    kv_blocks    the KV cache as a pool of fixed-size blocks (shared by paging and scheduler)
     paging       paged KV blocks, block tables, chained hashes, prefix caching
     scheduler    discrete-event simulation of static / continuous batching
     speculative  speculative decoding: expected tokens, rejection sampling, speedup

@@ -5,7 +5,7 @@ Every layer keeps a key and a value vector per KV head for every token seen, so
     bytes = 2 x layers x kv_heads x head_dim x tokens x batch x bytes_per_elem
 
 Llama 3.1 8B (32 layers, 8 KV heads of 128) at 8,192 tokens in fp16 is exactly 1 GiB;
-Llama 3.1 70B (80 layers, 8 KV heads of 128) at 131,072 tokens is 40 GiB (GUIDE_PLAN ch06).
+Llama 3.1 70B (80 layers, 8 KV heads of 128, R5) at 131,072 tokens is 40 GiB (320 KiB a token).
 
 >>> kv_cache_bytes(layers=32, kv_heads=8, head_dim=128, seq_len=8192) == 2 ** 30
 True
@@ -22,6 +22,7 @@ from sim.calibration import Calibration
 from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.hardware import resolve as resolve_gpu
+from sim.kv_blocks import blocks_for
 from sim.models import ModelConfig, weight_bytes
 from sim.models import resolve as resolve_model
 from sim.roofline import (Batch, Precision, StepCost, batch_grid, context_where_kv_reads_equal_weights,  # noqa: F401
@@ -92,7 +93,7 @@ def sequences_that_fit(budget_bytes: float, model: Union[str, ModelConfig], cont
     tokens = context_tokens
     if block_size is not None:
         check_int("block_size", block_size, minimum=1)
-        tokens = math.ceil(context_tokens / block_size) * block_size
+        tokens = blocks_for(context_tokens, block_size) * block_size
     per_seq = tokens * kv_bytes_per_token(model, kv_dtype)
     return int(budget_bytes // per_seq)
 
@@ -257,7 +258,7 @@ def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[C
     budget = p.budget_bytes if p.budget_bytes is not None else kv_budget_bytes(
         m, g, p.precision, p.memory_utilisation, p.reserve_bytes)
     per_token = kv_bytes_per_token(m, p.precision.kv_dtype)
-    per_seq = math.ceil(p.context_tokens / p.block_size) * p.block_size * per_token
+    per_seq = blocks_for(p.context_tokens, p.block_size) * p.block_size * per_token
     n_fit = int(budget // per_seq)
     grid = batch_grid(max(n_fit, 1), p.grid_points)
     cost = StepCost(m, g, p.precision, calibration, p.cuda_graphs)

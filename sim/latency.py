@@ -29,7 +29,7 @@ from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
 from sim.roofline import Batch, Precision, StepCost, attention_share_of_prefill, forward_pass
 
-READING_WORDS_PER_MIN = 238.0   # average silent reading speed quoted in the guide (GUIDE_PLAN ch05)
+READING_WORDS_PER_MIN = 238.0   # adult silent reading of English non-fiction, words a minute (READING)
 TOKENS_PER_WORD = 4.0 / 3.0     # rule of thumb for English text under BPE tokenizers (~0.75 words per token)
 
 
@@ -47,7 +47,7 @@ class SLO:
 
 
 MLPERF_V50_LLAMA2_70B_INTERACTIVE = SLO(
-    "MLPerf Inference v5.0, Llama 2 70B interactive (P99)", ttft_s=0.450, tpot_s=0.040)  # GUIDE_PLAN ch05
+    "MLPerf Inference v5.0, Llama 2 70B interactive (P99)", ttft_s=0.450, tpot_s=0.040)  # MLPERF
 
 
 def tpot_from_e2e(e2e_s: float, ttft_s: float, output_tokens: int) -> float:

@@ -161,7 +161,7 @@ def parameter_breakdown(model: Union[str, ModelConfig]) -> ParameterBreakdown:
     (vocab x hidden unless tied to the embedding).
 
     Llama 3.1 8B: 32 x 41.9 M attention + 32 x 176.2 M MLP + 2 x 525.3 M embedding/head
-    = 8.03 B, of which the MLPs are 70% (GUIDE_PLAN, R5).
+    = 8.03 B, of which the MLPs are 70% (counted from the architecture in R5).
 
     >>> b = parameter_breakdown("llama-3.1-8b")
     >>> b.mlp_per_layer, b.attention_per_layer
@@ -189,7 +189,7 @@ def parameter_breakdown(model: Union[str, ModelConfig]) -> ParameterBreakdown:
 def weight_bytes(model: Union[str, ModelConfig], dtype: str = "bf16") -> float:
     """Bytes of all stored weights at `dtype` (scales of quantised formats included in the dtype width).
 
-    >>> round(weight_bytes("llama-3.1-70b") / 1e9)     # "~141 GB in bf16" (GUIDE_PLAN ch12)
+    >>> round(weight_bytes("llama-3.1-70b") / 1e9)     # 70.55 B parameters (R5's architecture) x 2 bytes
     141
     """
     return parameter_breakdown(model).total * bytes_per_elem(dtype)

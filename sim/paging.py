@@ -22,7 +22,6 @@ prefix until memory runs out, when the least recently freed one is evicted (R2, 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -31,12 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sim.checks import check_int, check_positive, check_range, checked_params
-
-DEFAULT_BLOCK_SIZE = 16   # R6: vLLM's default block size
-
-
-class OutOfBlocks(RuntimeError):
-    """No free or evictable block is left for an allocation."""
+from sim.kv_blocks import DEFAULT_BLOCK_SIZE, BlockPool, OutOfBlocks, blocks_for
 
 
 def block_hash(prev_hash: Optional[int], tokens: Sequence[int]) -> int:
@@ -70,21 +64,21 @@ class BlockManager:
     """Allocates physical KV blocks to requests, with optional prefix caching.
 
     State: `tables[request]` (logical -> physical), `tokens[request]`, and per physical
-    block a reference count, a fill count and the hash of its contents once full.
+    block a reference count, a fill count and the hash of its contents once full. Which
+    blocks are free is the `BlockPool`'s (`sim.kv_blocks`, shared with the scheduler);
+    a cached block nobody references is not free there until it is evicted and reused.
     Every call appends to `events`. Methods raise `OutOfBlocks` (and change nothing)
     when an allocation cannot be met even after evicting every evictable block.
     """
 
     def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, prefix_caching: bool = True):
-        check_int("num_blocks", num_blocks, minimum=1)
-        check_int("block_size", block_size, minimum=1)
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        self.pool = BlockPool(num_blocks, block_size)
+        self.num_blocks = self.pool.num_blocks
+        self.block_size = self.pool.block_size
         self.prefix_caching = prefix_caching
         self.ref_counts = [0] * num_blocks
         self.fill = [0] * num_blocks
         self.hashes: list = [None] * num_blocks
-        self._free = list(range(num_blocks))          # min-heap: lowest free id first
         self._cached: dict = {}                       # hash -> physical block that holds it
         self._evictable: OrderedDict = OrderedDict()  # unreferenced cached blocks, least recent first
         self.tables: dict = {}
@@ -97,7 +91,7 @@ class BlockManager:
     @property
     def free_blocks(self) -> int:
         """Blocks holding nothing."""
-        return len(self._free)
+        return self.pool.free_blocks
 
     @property
     def evictable_blocks(self) -> int:
@@ -124,8 +118,8 @@ class BlockManager:
         self.events.append(PagingEvent(self.step, kind, request, logical, physical, detail))
 
     def _take_block(self, request: str, logical: int) -> int:
-        if self._free:
-            b = heapq.heappop(self._free)
+        if self.pool.free_blocks:
+            b, = self.pool.allocate(1)
         elif self._evictable:
             b, _ = self._evictable.popitem(last=False)
             old = self.hashes[b]
@@ -176,7 +170,7 @@ class BlockManager:
         """Free plus evictable blocks that would remain if `prompt` were added now (negative: it does not fit)."""
         prompt = [int(t) for t in prompt]
         hits = self._lookup_prefix(prompt)
-        needed = math.ceil(len(prompt) / self.block_size) - len(hits)
+        needed = self.pool.blocks_for(len(prompt)) - len(hits)
         return self.available_blocks() - needed - sum(1 for b in hits if b in self._evictable)
 
     def add_request(self, request: str, prompt: Sequence[int]) -> int:
@@ -193,7 +187,7 @@ class BlockManager:
             raise ValueError("a prompt needs at least one token")
         self.step += 1
         hits = self._lookup_prefix(prompt)
-        needed = math.ceil(len(prompt) / self.block_size) - len(hits)
+        needed = self.pool.blocks_for(len(prompt)) - len(hits)
         hit_evictable = sum(1 for b in hits if b in self._evictable)
         if needed > self.available_blocks() - hit_evictable:
             self.step -= 1
@@ -231,7 +225,8 @@ class BlockManager:
         """Store one more token of `request` (a decode step), allocating a block when the last is full."""
         if request not in self.tables:
             raise ValueError(f"unknown request {request!r}; known: {', '.join(self.tables) or 'none'}")
-        if len(self.tokens[request]) % self.block_size == 0 and not self.available_blocks():
+        n = len(self.tokens[request])
+        if self.pool.blocks_for(n + 1) > len(self.tables[request]) and not self.available_blocks():
             raise OutOfBlocks(f"no block left for the next token of {request!r}")
         self.step += 1
         self._append(request, token)
@@ -255,24 +250,23 @@ class BlockManager:
             else:
                 self.hashes[b] = None
                 self.fill[b] = 0
-                heapq.heappush(self._free, b)
+                self.pool.release([b])
                 self._log("free", request, logical, b)
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent (used by the tests)."""
         refs = [0] * self.num_blocks
         for req, table in self.tables.items():
-            assert len(table) == math.ceil(len(self.tokens[req]) / self.block_size), req
+            assert len(table) == self.pool.blocks_for(len(self.tokens[req])), req
             for b in table:
                 refs[b] += 1
         assert refs == self.ref_counts, "reference counts disagree with the block tables"
-        free = set(self._free)
+        self.pool.check_invariants()
         evict = set(self._evictable)
-        assert len(free) == len(self._free), "a block is on the free list twice"
-        assert not (free & evict), "a block is both free and evictable"
         for b in range(self.num_blocks):
             in_use = self.ref_counts[b] > 0
-            assert in_use + (b in free) + (b in evict) == 1, f"block {b} is in {in_use + (b in free) + (b in evict)} states"
+            free = self.pool.is_free(b)
+            assert in_use + free + (b in evict) == 1, f"block {b} is in {in_use + free + (b in evict)} states"
         for h, b in self._cached.items():
             assert self.hashes[b] == h, "prefix-cache entry points at a block with another hash"
 
@@ -584,7 +578,7 @@ def reservation_waste(params: WasteParams = WasteParams()) -> WasteResult:
     raw = rng.lognormal(math.log(p.median_tokens), p.sigma, p.requests)
     lengths = np.clip(np.round(raw), 1, p.max_seq_len).astype(np.int64)
     contiguous = np.full(p.requests, p.max_seq_len, dtype=np.int64)
-    paged = (-(-lengths // p.block_size)) * p.block_size
+    paged = blocks_for(lengths, p.block_size) * p.block_size
     used = int(lengths.sum())
     return WasteResult(lengths_tokens=lengths, contiguous_reserved_tokens=contiguous, paged_reserved_tokens=paged,
                        used_tokens=used, contiguous_waste_fraction=1.0 - used / int(contiguous.sum()),

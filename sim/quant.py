@@ -655,7 +655,7 @@ def formats_table(n_params: float = 7e9, demo: QuantDemoParams = QuantDemoParams
 
 
 def weight_bytes_at(n_params: float, bits: float) -> float:
-    """Bytes of `n_params` weights at `bits` bits each: INT4 makes a 7B model 3.5 GB (GUIDE_PLAN ch10).
+    """Bytes of `n_params` weights at `bits` bits each: INT4 makes a 7B model 3.5 GB (7e9 x 4 / 8).
 
     >>> weight_bytes_at(7e9, 4) / 1e9
     3.5

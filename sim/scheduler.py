@@ -21,7 +21,8 @@ Policies
       decodes first (one token each), then prefill chunks of partially prefilled and new
       requests fill what is left, so a long prompt is spread over several steps.
 
-Memory: the KV cache holds `kv_capacity_tokens` tokens in blocks of `block_size`. A
+Memory: the KV cache holds `kv_capacity_tokens` tokens in blocks of `block_size` (a
+`sim.kv_blocks.BlockPool`, the same model of KV room as `sim.paging`'s block manager). A
 request needs ceil(tokens cached / block_size) blocks; a new request is admitted beside
 running ones only if 1% of the blocks stay free. When a running request needs a
 block and none is free, the most recently admitted request is *preempted*: its blocks
@@ -52,6 +53,7 @@ from sim.calibration import Calibration
 from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
 from sim.hardware import resolve as resolve_gpu
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
+from sim.kv_blocks import BlockPool
 from sim.models import resolve as resolve_model
 from sim.roofline import Precision, StepCost, stored_weight_bytes
 
@@ -242,7 +244,7 @@ class _Req:
         self.computed = 0            # tokens whose K/V are in the cache
         self.target = spec.prompt_tokens  # tokens to prefill before decoding
         self.generated = 0           # output tokens emitted
-        self.blocks = 0
+        self.blocks: list = []       # KV block ids it holds (from the run's BlockPool)
         self.slot = -1
         self.phase = "queued"        # queued -> waiting -> prefill -> decode -> done
         self.admitted = math.nan
@@ -279,285 +281,327 @@ def simulate_schedule(params: SchedulerParams = SchedulerParams(),
     >>> bool(np.mean(c.ttft_s) < np.mean(s.ttft_s))
     True
     """
-    p = params
-    specs = p.workload()
-    n = len(specs)
-    bs = p.block_size
-    capacity_tokens = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else default_kv_capacity_tokens(p)
-    capacity_blocks = capacity_tokens // bs
-    if capacity_blocks < 1:
-        raise ValueError(f"kv_capacity_tokens ({capacity_tokens}) is smaller than one block of {bs}")
-    for s in specs:
-        need = math.ceil((s.prompt_tokens + s.output_tokens) / bs)
-        if need > capacity_blocks:
-            raise ValueError(f"request {s.name!r} needs {need * bs} KV tokens, more than the capacity "
-                             f"of {capacity_blocks * bs}")
-    cost = StepCost(p.model, p.gpu, p.precision, calibration)
-    cost.prime(tokens=np.arange(1, p.max_batch + 1), logits=np.arange(1, p.max_batch + 1))   # decode steps
-    reqs = [_Req(i, s) for i, s in enumerate(specs)]
-    waiting: deque = deque()
-    running: list = []            # admission order
-    free_slots = list(range(p.max_batch))
-    heapq.heapify(free_slots)
-    free_blocks = capacity_blocks
-    watermark = max(1, math.ceil(ADMISSION_WATERMARK * capacity_blocks))
-    static_batch: list = []
-    events: list = []
-    wake_at = [math.nan]          # pending static-batch deadline (one at a time)
-    seq = 0
-    for r in reqs:
-        heapq.heappush(events, (r.spec.arrival_s, seq, _ARRIVAL, r.i))
-        seq += 1
-    rows_req, rows_kind = [], []
-    st_start, st_end, st_pre, st_dec, st_kv = [], [], [], [], []
-    prefill_total = decode_total = padding_total = discarded = prefill_emits = 0
-    gpu_busy = False
-    done = 0
-    now = 0.0
-    current: list = []            # (req, tokens, kind) of the step in flight
+    return Scheduler(params, calibration).run()
 
-    def blocks_for(tokens: int) -> int:
-        return -(-tokens // bs)
 
-    def admit(r: _Req) -> None:
-        r.slot = heapq.heappop(free_slots)
+class Scheduler:
+    """One run of the serving engine: the queue, the batch slots, the KV blocks, and the steps that change them.
+
+    `run` is the event loop. Before each GPU step, `start_step` asks the policy for the
+    step's work (`plan_static`, or `plan_continuous`), which admits waiting requests
+    (`admit`) and gives them KV blocks (`grow`, which preempts the newest request when the
+    pool runs dry); the step is timed by `StepCost` and recorded. When it ends,
+    `finish_step` advances each request in it, `emit` hands out tokens and `complete`
+    retires finished requests, whose slots and blocks go back (`release`). `result`
+    turns the recorded timeline into a `ScheduleResult`.
+    """
+
+    def __init__(self, params: SchedulerParams = SchedulerParams(), calibration: Optional[Calibration] = None):
+        p = self.p = params
+        self.specs = p.workload()
+        capacity = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else default_kv_capacity_tokens(p)
+        self.kv = BlockPool.for_tokens(capacity, p.block_size)
+        for s in self.specs:
+            need = self.kv.blocks_for(s.prompt_tokens + s.output_tokens)
+            if need > self.kv.num_blocks:
+                raise ValueError(f"request {s.name!r} needs {self.kv.tokens_in(need)} KV tokens, more than the "
+                                 f"capacity of {self.kv.capacity_tokens}")
+        # beside running requests keep a few blocks free, so their next tokens do not force a preemption
+        self.watermark = max(1, math.ceil(ADMISSION_WATERMARK * self.kv.num_blocks))
+        self.cost = StepCost(p.model, p.gpu, p.precision, calibration)
+        self.cost.prime(tokens=np.arange(1, p.max_batch + 1), logits=np.arange(1, p.max_batch + 1))   # decode steps
+        self.reqs = [_Req(i, s) for i, s in enumerate(self.specs)]
+        self.waiting: deque = deque()
+        self.running: list = []                 # admission order
+        self.free_slots = list(range(p.max_batch))
+        heapq.heapify(self.free_slots)
+        self.static_batch: list = []
+        self.events: list = []                  # (time, sequence number, kind, request index)
+        self.seq = 0
+        self.wake_at = math.nan                 # pending static-batch deadline (one at a time)
+        for r in self.reqs:
+            self._push(r.spec.arrival_s, _ARRIVAL, r.i)
+        self.now = 0.0
+        self.gpu_busy = False
+        self.current: list = []                 # (req, tokens, kind) of the step in flight
+        self.done = 0
+        self.prefill_total = self.decode_total = self.padding_total = self.discarded = self.prefill_emits = 0
+        # the timeline, one entry per step
+        self.rows_req: list = []
+        self.rows_kind: list = []
+        self.st_start: list = []
+        self.st_end: list = []
+        self.st_pre: list = []
+        self.st_dec: list = []
+        self.st_kv: list = []
+
+    # -- the event loop ------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, idx: int) -> None:
+        heapq.heappush(self.events, (t, self.seq, kind, idx))
+        self.seq += 1
+
+    def run(self) -> ScheduleResult:
+        """Process events in (time, sequence) order; start a step once the GPU is idle and the present is settled."""
+        while self.events:
+            if len(self.st_start) > self.p.max_steps:
+                raise RuntimeError(f"scheduler exceeded max_steps={self.p.max_steps}")
+            t, _, kind, idx = heapq.heappop(self.events)
+            self.now = t
+            if kind == _ARRIVAL:
+                self.arrive(self.reqs[idx])
+            elif kind == _STEP_END:
+                self.finish_step()
+            if not self.gpu_busy and (not self.events or self.events[0][0] > self.now):
+                self.start_step()
+        if self.done != len(self.reqs):
+            raise RuntimeError(f"{len(self.reqs) - self.done} requests never finished")
+        return self.result()
+
+    # -- admission -----------------------------------------------------------------------------
+    def arrive(self, r: _Req) -> None:
+        r.phase = "waiting"
+        self.waiting.append(r)
+
+    def admit(self, r: _Req) -> None:
+        """Give the request at the head of the queue a slot; it starts (or restarts) its prefill."""
+        self.waiting.popleft()
+        r.slot = heapq.heappop(self.free_slots)
         r.phase = "prefill"
         if math.isnan(r.admitted):
-            r.admitted = now
-        running.append(r)
+            r.admitted = self.now
+        self.running.append(r)
 
-    def release(r: _Req) -> None:
-        nonlocal free_blocks
-        free_blocks += r.blocks
-        r.blocks = 0
-        heapq.heappush(free_slots, r.slot)
-        r.slot = -1
+    def admissible_blocks(self) -> int:
+        """Free blocks a new request may take: all of them on an empty engine, less the watermark beside others."""
+        return self.kv.free_blocks - (self.watermark if self.running else 0)
 
-    def preempt(victim: _Req) -> None:
-        nonlocal discarded
-        discarded += victim.computed
-        running.remove(victim)
-        release(victim)
-        victim.preempt += 1
-        victim.computed = 0
-        victim.target = victim.spec.prompt_tokens + victim.generated   # recompute prompt + emitted tokens
-        victim.phase = "waiting"
-        waiting.appendleft(victim)
+    # -- KV accounting -------------------------------------------------------------------------
+    def grow(self, r: _Req, tokens: int) -> bool:
+        """Allocate blocks so `r` can cache `tokens` more; preempt the newest requests if needed.
 
-    def grow(r: _Req, tokens: int) -> bool:
-        """Allocate blocks so `r` can cache `tokens` more; preempt the newest requests if needed."""
-        nonlocal free_blocks
-        need = blocks_for(r.computed + tokens) - r.blocks
-        while need > free_blocks:
-            victim = running[-1]
-            preempt(victim)
+        False if `r` itself had to be preempted."""
+        need = self.kv.blocks_for(r.computed + tokens) - len(r.blocks)
+        while need > self.kv.free_blocks:
+            victim = self.running[-1]
+            self.preempt(victim)
             if victim is r:
                 return False
-        free_blocks -= need
-        r.blocks += need
+        r.blocks += self.kv.allocate(need)
         return True
 
-    def admissible_blocks() -> int:
-        # beside running requests keep a few blocks free, so their next tokens do not force a preemption
-        return free_blocks - (watermark if running else 0)
+    def preempt(self, victim: _Req) -> None:
+        """Free the victim's blocks and requeue it first; it will recompute its prompt and emitted tokens (R2)."""
+        self.discarded += victim.computed
+        self.running.remove(victim)
+        self.release(victim)
+        victim.preempt += 1
+        victim.computed = 0
+        victim.target = victim.spec.prompt_tokens + victim.generated
+        victim.phase = "waiting"
+        self.waiting.appendleft(victim)
 
-    def plan_continuous() -> list:
-        nonlocal free_blocks
-        batch = []
-        if not p.chunked_prefill:
-            admitted = []
-            while waiting and free_slots:
-                r = waiting[0]
-                need = blocks_for(r.target)
-                if need > admissible_blocks():
-                    break
-                waiting.popleft()
-                admit(r)
-                free_blocks -= need
-                r.blocks = need
-                admitted.append((r, r.target - r.computed, SLOT_PREFILL))
-            if admitted:
-                return admitted
-            for r in list(running):
-                if r.phase == "decode" and grow(r, 1):      # a preempted request is "waiting" again
-                    batch.append((r, 1, SLOT_DECODE))
-            return batch
-        budget = p.token_budget
-        for r in list(running):
-            if budget == 0:
+    def release(self, r: _Req) -> None:
+        """Return the request's KV blocks and its slot."""
+        self.kv.release(r.blocks)
+        r.blocks = []
+        heapq.heappush(self.free_slots, r.slot)
+        r.slot = -1
+
+    # -- planning a step -----------------------------------------------------------------------
+    def plan_static(self) -> list:
+        """The batch in flight decodes (finished members pad); an idle GPU starts the next batch
+        once it is full or its oldest request has waited `batch_timeout_s`."""
+        if self.static_batch:
+            return [(r, 1, SLOT_DECODE if r.phase == "decode" else SLOT_PADDING) for r in self.static_batch]
+        p = self.p
+        deadline = self.waiting[0].spec.arrival_s + p.batch_timeout_s if self.waiting else math.inf
+        if self.waiting and len(self.waiting) < p.max_batch and self.now < deadline:
+            if self.wake_at != deadline:        # wait for more requests, at most until the deadline
+                self.wake_at = deadline
+                self._push(deadline, _WAKE, -1)
+            return []
+        while self.waiting and self.free_slots:
+            r = self.waiting[0]
+            need = self.kv.blocks_for(r.spec.prompt_tokens + r.spec.output_tokens)   # reserved up front
+            if need > self.kv.free_blocks:
                 break
-            if r.phase == "decode" and grow(r, 1):
-                batch.append((r, 1, SLOT_DECODE))
-                budget -= 1
-        for r in list(running):
+            self.admit(r)
+            r.blocks = self.kv.allocate(need)
+            self.static_batch.append(r)
+        return [(r, r.target, SLOT_PREFILL) for r in self.static_batch]
+
+    def plan_continuous(self) -> list:
+        return self._plan_chunked() if self.p.chunked_prefill else self._plan_whole_prompts()
+
+    def _plan_whole_prompts(self) -> list:
+        """Prefill-first: a step admits every waiting request that fits and prefills their whole
+        prompts (no decodes); with nobody to admit, every running request decodes one token."""
+        admitted = []
+        while self.waiting and self.free_slots:
+            r = self.waiting[0]
+            need = self.kv.blocks_for(r.target)
+            if need > self.admissible_blocks():
+                break
+            self.admit(r)
+            r.blocks = self.kv.allocate(need)
+            admitted.append((r, r.target - r.computed, SLOT_PREFILL))
+        return admitted or self._plan_decodes()
+
+    def _plan_chunked(self) -> list:
+        """A token budget per step: running decodes first, then chunks of partly prefilled
+        requests, then chunks of newly admitted ones (R2, SARATHI)."""
+        batch = self._plan_decodes(self.p.token_budget)
+        budget = self.p.token_budget - len(batch)
+        for r in list(self.running):
             if budget == 0:
                 break
             if r.phase == "prefill":
-                c = min(r.target - r.computed, budget, (r.blocks + free_blocks) * bs - r.computed)
+                room = self.kv.tokens_in(len(r.blocks) + self.kv.free_blocks) - r.computed
+                c = min(r.target - r.computed, budget, room)
                 if c <= 0:
                     break
-                grow(r, c)
+                self.grow(r, c)
                 batch.append((r, c, SLOT_PREFILL))
                 budget -= c
-        while budget > 0 and waiting and free_slots:
-            r = waiting[0]
-            c = min(r.target - r.computed, budget, admissible_blocks() * bs)
+        while budget > 0 and self.waiting and self.free_slots:
+            r = self.waiting[0]
+            c = min(r.target - r.computed, budget, self.kv.tokens_in(self.admissible_blocks()))
             if c <= 0:
                 break
-            waiting.popleft()
-            admit(r)
-            grow(r, c)
+            self.admit(r)
+            self.grow(r, c)
             batch.append((r, c, SLOT_PREFILL))
             budget -= c
         return batch
 
-    def plan_static() -> list:
-        nonlocal free_blocks, static_batch, seq
-        if not static_batch:
-            deadline = waiting[0].spec.arrival_s + p.batch_timeout_s if waiting else math.inf
-            if waiting and len(waiting) < p.max_batch and now < deadline:
-                if wake_at[0] != deadline:          # wait for more requests, at most until the deadline
-                    wake_at[0] = deadline
-                    heapq.heappush(events, (deadline, seq, _WAKE, -1))
-                    seq += 1
-                return []
-            while waiting and free_slots:
-                r = waiting[0]
-                need = blocks_for(r.spec.prompt_tokens + r.spec.output_tokens)   # reserved up front
-                if need > free_blocks:
-                    break
-                waiting.popleft()
-                admit(r)
-                free_blocks -= need
-                r.blocks = need
-                static_batch.append(r)
-            return [(r, r.target, SLOT_PREFILL) for r in static_batch]
-        return [(r, 1, SLOT_DECODE if r.phase == "decode" else SLOT_PADDING) for r in static_batch]
+    def _plan_decodes(self, budget: float = math.inf) -> list:
+        """One token for each decoding request, oldest first, at most `budget` of them."""
+        batch = []
+        for r in list(self.running):
+            if len(batch) == budget:
+                break
+            if r.phase == "decode" and self.grow(r, 1):      # a preempted request is "waiting" again
+                batch.append((r, 1, SLOT_DECODE))
+        return batch
 
-    def start_step() -> None:
-        nonlocal gpu_busy, seq, current, prefill_total, decode_total, padding_total
-        plan = plan_static() if p.policy == "static" else plan_continuous()
+    # -- running a step ------------------------------------------------------------------------
+    def start_step(self) -> None:
+        """Plan the next step, time it, record it in the timeline and schedule its end."""
+        p = self.p
+        plan = self.plan_static() if p.policy == "static" else self.plan_continuous()
         if not plan:
             return
-        new, ctx = [], []
-        pre = dec = pad = logits = 0
-        for r, t, k in plan:
-            new.append(t)
-            ctx.append(r.computed)
-            if k == SLOT_PREFILL:
-                pre += t
-                logits += r.computed + t >= r.target
-            else:
-                logits += 1
-                if k == SLOT_DECODE:
-                    dec += t
-                else:
-                    pad += t
-        dur = cost.time_s(new, ctx, logits_seqs=logits, cuda_graphs=p.cuda_graphs and pre == 0)
-        prefill_total += pre
-        decode_total += dec
-        padding_total += pad
-        row_r = [-1] * p.max_batch
-        row_k = [SLOT_IDLE] * p.max_batch
-        for r in running if p.policy == "continuous" else static_batch:
+        pre = sum(t for _, t, k in plan if k == SLOT_PREFILL)
+        dec = sum(t for _, t, k in plan if k == SLOT_DECODE)
+        pad = sum(t for _, t, k in plan if k == SLOT_PADDING)
+        logits = sum(r.computed + t >= r.target if k == SLOT_PREFILL else 1 for r, t, k in plan)
+        dur = self.cost.time_s([t for _, t, _ in plan], [r.computed for r, _, _ in plan], logits_seqs=logits,
+                               cuda_graphs=p.cuda_graphs and pre == 0)
+        self.prefill_total += pre
+        self.decode_total += dec
+        self.padding_total += pad
+        self._record(plan, dur, pre, dec + pad)
+        self.current = plan
+        self.gpu_busy = True
+        self._push(self.now + dur, _STEP_END, -1)
+
+    def _record(self, plan: list, dur: float, prefill_tokens: int, decode_tokens: int) -> None:
+        """One timeline row: what each slot does this step, the step's tokens and the KV in use."""
+        row_r = [-1] * self.p.max_batch
+        row_k = [SLOT_IDLE] * self.p.max_batch
+        for r in self.running if self.p.policy == "continuous" else self.static_batch:
             row_r[r.slot] = r.i
             row_k[r.slot] = SLOT_PADDING if r.phase == "done" else SLOT_STALLED
         for r, _, k in plan:
             row_k[r.slot] = k
-        rows_req.append(row_r)
-        rows_kind.append(row_k)
-        st_start.append(now)
-        st_end.append(now + dur)
-        st_pre.append(pre)
-        st_dec.append(dec + pad)
-        st_kv.append((capacity_blocks - free_blocks) * bs)
-        current = plan
-        gpu_busy = True
-        heapq.heappush(events, (now + dur, seq, _STEP_END, -1))
-        seq += 1
+        self.rows_req.append(row_r)
+        self.rows_kind.append(row_k)
+        self.st_start.append(self.now)
+        self.st_end.append(self.now + dur)
+        self.st_pre.append(prefill_tokens)
+        self.st_dec.append(decode_tokens)
+        self.st_kv.append(self.kv.used_tokens)
 
-    def emit(r: _Req) -> None:
-        nonlocal done
-        if r.generated == 0:
-            r.first = now
-        elif now - r.last > r.max_itl:
-            r.max_itl = now - r.last
-        r.last = now
-        r.generated += 1
-        if r.generated >= r.spec.output_tokens:
-            r.phase = "done"
-            r.finish = now
-            done += 1
-            if p.policy == "continuous":
-                running.remove(r)
-                release(r)
-
-    def finish_step() -> None:
-        nonlocal gpu_busy, static_batch, prefill_emits
-        for r, t, k in current:
+    def finish_step(self) -> None:
+        """The step's tokens are now cached; a finished prefill and every decode emit a token."""
+        for r, t, k in self.current:
             if k == SLOT_PADDING:
                 continue
             r.computed += t
             if k == SLOT_PREFILL:
                 if r.computed >= r.target:
                     r.phase = "decode"
-                    prefill_emits += 1
-                    emit(r)
+                    self.prefill_emits += 1
+                    self.emit(r)
             else:
-                emit(r)
-        if p.policy == "static" and all(r.phase == "done" for r in static_batch):
-            for r in static_batch:
-                running.remove(r)
-                release(r)
-            static_batch = []
-        gpu_busy = False
+                self.emit(r)
+        if self.p.policy == "static" and all(r.phase == "done" for r in self.static_batch):
+            for r in self.static_batch:
+                self.running.remove(r)
+                self.release(r)
+            self.static_batch = []
+        self.gpu_busy = False
 
-    while events:
-        if len(st_start) > p.max_steps:
-            raise RuntimeError(f"scheduler exceeded max_steps={p.max_steps}")
-        t, _, kind, idx = heapq.heappop(events)
-        now = t
-        if kind == _ARRIVAL:
-            reqs[idx].phase = "waiting"
-            waiting.append(reqs[idx])
-        elif kind == _STEP_END:
-            finish_step()
-        if not gpu_busy and (not events or events[0][0] > now):
-            start_step()
-    if done != n:
-        raise RuntimeError(f"{n - done} requests never finished")
-    arrival = np.array([r.spec.arrival_s for r in reqs])
-    first = np.array([r.first for r in reqs])
-    finish = np.array([r.finish for r in reqs])
-    out = np.array([r.spec.output_tokens for r in reqs])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
-    starts, ends = np.array(st_start), np.array(st_end)
-    durs = ends - starts
-    n_cells = len(st_start) * p.max_batch
-    kinds = np.fromiter(chain.from_iterable(rows_kind), np.int8, n_cells).reshape(len(st_start), p.max_batch)
-    busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
-    busy = float(durs.sum())
-    makespan = float(finish.max() - arrival.min())
-    max_itl = np.array([r.max_itl for r in reqs])
-    return ScheduleResult(
-        policy=p.policy, chunked_prefill=p.chunked_prefill and p.policy == "continuous",
-        requests=[r.spec.name for r in reqs],
-        prompt_tokens=np.array([r.spec.prompt_tokens for r in reqs]), output_tokens=out,
-        arrival_s=arrival, admitted_s=np.array([r.admitted for r in reqs]), first_token_s=first,
-        finish_s=finish, ttft_s=first - arrival, tpot_s=tpot, e2e_s=finish - arrival, max_itl_s=max_itl,
-        preemptions=np.array([r.preempt for r in reqs]),
-        step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(st_pre, dtype=np.int64),
-        step_decode_tokens=np.array(st_dec, dtype=np.int64), step_kv_tokens=np.array(st_kv, dtype=np.int64),
-        slot_request=np.fromiter(chain.from_iterable(rows_req), np.int32, n_cells).reshape(len(st_start), p.max_batch),
-        slot_kind=kinds,
-        slot_kind_names=SLOT_KINDS, kv_capacity_tokens=capacity_blocks * bs,
-        prefill_tokens=prefill_total, recomputed_tokens=prefill_total - int(sum(s.prompt_tokens for s in specs)),
-        discarded_tokens=discarded, decode_tokens=decode_total, prefill_emissions=prefill_emits,
-        emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=padding_total, makespan_s=makespan, busy_s=busy,
-        slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
-        longest_decode_stall_s=float(max_itl.max()), throughput_tokens_per_s=float(out.sum() / makespan)
-        if makespan > 0 else math.inf, calibration_note=cost.calibration.note)
+    # -- completion ----------------------------------------------------------------------------
+    def emit(self, r: _Req) -> None:
+        """`r` produces its next output token now."""
+        if r.generated == 0:
+            r.first = self.now
+        elif self.now - r.last > r.max_itl:
+            r.max_itl = self.now - r.last
+        r.last = self.now
+        r.generated += 1
+        if r.generated >= r.spec.output_tokens:
+            self.complete(r)
+
+    def complete(self, r: _Req) -> None:
+        """`r` has all its tokens; under continuous batching it leaves at once (a static batch waits for all)."""
+        r.phase = "done"
+        r.finish = self.now
+        self.done += 1
+        if self.p.policy == "continuous":
+            self.running.remove(r)
+            self.release(r)
+
+    # -- the result ----------------------------------------------------------------------------
+    def result(self) -> ScheduleResult:
+        p, reqs = self.p, self.reqs
+        arrival = np.array([r.spec.arrival_s for r in reqs])
+        first = np.array([r.first for r in reqs])
+        finish = np.array([r.finish for r in reqs])
+        out = np.array([r.spec.output_tokens for r in reqs])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
+        steps = len(self.st_start)
+        starts, ends = np.array(self.st_start), np.array(self.st_end)
+        durs = ends - starts
+        n_cells = steps * p.max_batch
+        kinds = np.fromiter(chain.from_iterable(self.rows_kind), np.int8, n_cells).reshape(steps, p.max_batch)
+        busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
+        busy = float(durs.sum())
+        makespan = float(finish.max() - arrival.min())
+        max_itl = np.array([r.max_itl for r in reqs])
+        return ScheduleResult(
+            policy=p.policy, chunked_prefill=p.chunked_prefill and p.policy == "continuous",
+            requests=[r.spec.name for r in reqs],
+            prompt_tokens=np.array([r.spec.prompt_tokens for r in reqs]), output_tokens=out,
+            arrival_s=arrival, admitted_s=np.array([r.admitted for r in reqs]), first_token_s=first,
+            finish_s=finish, ttft_s=first - arrival, tpot_s=tpot, e2e_s=finish - arrival, max_itl_s=max_itl,
+            preemptions=np.array([r.preempt for r in reqs]),
+            step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(self.st_pre, dtype=np.int64),
+            step_decode_tokens=np.array(self.st_dec, dtype=np.int64),
+            step_kv_tokens=np.array(self.st_kv, dtype=np.int64),
+            slot_request=np.fromiter(chain.from_iterable(self.rows_req), np.int32, n_cells).reshape(steps, p.max_batch),
+            slot_kind=kinds, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=self.kv.capacity_tokens,
+            prefill_tokens=self.prefill_total,
+            recomputed_tokens=self.prefill_total - int(sum(s.prompt_tokens for s in self.specs)),
+            discarded_tokens=self.discarded, decode_tokens=self.decode_total, prefill_emissions=self.prefill_emits,
+            emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=self.padding_total,
+            makespan_s=makespan, busy_s=busy,
+            slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
+            longest_decode_stall_s=float(max_itl.max()),
+            throughput_tokens_per_s=float(out.sum() / makespan) if makespan > 0 else math.inf,
+            calibration_note=self.cost.calibration.note)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from gpu_traces import calibrate
-from gpu_traces.synthetic import synthesize_trace
 from sim import calibration
+from tests.synthetic import synthesize_trace
 
 GOOD = {"h200.json": json.dumps({"generated_by": calibrate.GENERATOR, "n": 1}) + "\n"}
 

@@ -11,8 +11,8 @@ import pytest
 
 from gpu_traces import calibrate
 from gpu_traces.calibrate import fit_line, fit_trace, nelder_mead
-from gpu_traces.synthetic import synthesize_trace
 from sim import calibration as C
+from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
 

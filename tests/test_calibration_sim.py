@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from gpu_traces import calibrate, shapes
-from gpu_traces.synthetic import synthesize_trace
 from sim import calibration as C
 from sim import hardware
+from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
 H100, H200 = hardware.get("H100-SXM"), hardware.get("H200")

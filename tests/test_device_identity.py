@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from gpu_traces import calibrate
-from gpu_traces.synthetic import synthesize_trace
 from sim import calibration, hardware
 from sim.hardware import identify_device
+from tests.synthetic import synthesize_trace
 
 
 @pytest.mark.parametrize("key", hardware.names())

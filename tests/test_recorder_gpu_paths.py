@@ -206,7 +206,7 @@ def test_a_path_that_fails_at_the_end_keeps_the_trace():
 import json, os, tempfile
 from pathlib import Path
 from gpu_traces import record
-from gpu_traces.synthetic import synthesize_trace
+from tests.synthetic import synthesize_trace
 from sim import calibration
 cal = calibration.Calibration(device="c", source="spec-sheet", bandwidth_bytes_per_s=2e10,
                               flops_per_s={"bf16": 3e11}, launch_overhead_s=5e-6, note="",

@@ -116,7 +116,7 @@ def test_record_refuses_cuda_without_a_gpu():
 
 
 def test_trace_tools_do_not_need_torch():
-    code = ("import sys; import gpu_traces.calibrate, gpu_traces.schema, gpu_traces.synthetic, "
+    code = ("import sys; import gpu_traces.calibrate, gpu_traces.schema, tests.synthetic, "
             "sim.calibration; bad = [m for m in ('torch', 'scipy') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)

@@ -9,8 +9,8 @@ import pytest
 
 from gpu_traces import schema, suites
 from gpu_traces.schema import TraceError, load_trace, time_stats, validate_trace
-from gpu_traces.synthetic import synthesize_trace
 from sim import calibration, models
+from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACES = sorted((REPO / "gpu_traces" / "traces").rglob("*.json"))

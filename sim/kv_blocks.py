@@ -1,0 +1,142 @@
+"""KV blocks: the cache as a pool of fixed-size blocks, the one model of KV room.
+
+Paged serving engines store the KV cache in blocks of `block_size` tokens (16 by default
+in vLLM, R6). A sequence of n cached tokens occupies ceil(n / block_size) blocks: every
+block but its last is full. The pool hands out free blocks lowest id first and takes
+them back when a holder lets go; it knows which blocks are free, not who holds them or
+what they contain.
+
+Both users count KV room with it: `sim.scheduler` (how many blocks each running request
+holds, when a request fits, when one must be preempted) and `sim.paging.BlockManager`
+(which physical blocks a block table maps to, with prefix sharing on top).
+
+>>> blocks_for(16, 16), blocks_for(17, 16)
+(1, 2)
+>>> pool = BlockPool(num_blocks=4, block_size=16)
+>>> pool.allocate(2), pool.free_blocks, pool.used_tokens
+([0, 1], 2, 32)
+>>> pool.release([0]); pool.allocate(1)
+[0]
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Iterable
+
+from sim.checks import check_int
+
+DEFAULT_BLOCK_SIZE = 16   # R6: vLLM's default block size
+
+
+class OutOfBlocks(RuntimeError):
+    """No free (or evictable) block is left for an allocation."""
+
+
+def blocks_for(tokens, block_size: int):
+    """Blocks that hold `tokens` tokens: ceil(tokens / block_size), exact for any integer
+    (no float division) and elementwise on integer arrays.
+
+    >>> blocks_for(0, 16), blocks_for(1, 16), blocks_for(32, 16)
+    (0, 1, 2)
+    """
+    return -(-tokens // block_size)
+
+
+class BlockPool:
+    """`num_blocks` KV blocks of `block_size` tokens: which are free, how many are in use.
+
+    Blocks never handed out are free implicitly (ids from `_next` up), so a pool the size
+    of a whole GPU's cache costs nothing until it is used. Returned blocks wait in a
+    min-heap; they all have ids below `_next`, so the lowest free id is always the heap's
+    top if there is one. `allocate` either meets the whole request or raises `OutOfBlocks`
+    and changes nothing; `release` refuses a block that is not in use.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE):
+        check_int("num_blocks", num_blocks, minimum=1)
+        check_int("block_size", block_size, minimum=1)
+        self.num_blocks = int(num_blocks)
+        self.block_size = int(block_size)
+        self._next = 0               # lowest id never handed out
+        self._returned: list = []    # min-heap of released ids (all < _next)
+        self._held: set = set()      # ids in use
+
+    @classmethod
+    def for_tokens(cls, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE) -> "BlockPool":
+        """The whole blocks that fit in `capacity_tokens` tokens (ValueError if not even one).
+
+        >>> BlockPool.for_tokens(100, 16).capacity_tokens
+        96
+        """
+        check_int("kv_capacity_tokens", capacity_tokens, minimum=1)
+        check_int("block_size", block_size, minimum=1)
+        if capacity_tokens < block_size:
+            raise ValueError(f"kv_capacity_tokens ({capacity_tokens}) is smaller than one block of {block_size}")
+        return cls(capacity_tokens // block_size, block_size)
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks a sequence of `tokens` cached tokens occupies."""
+        return blocks_for(tokens, self.block_size)
+
+    def tokens_in(self, blocks: int) -> int:
+        """Token slots in `blocks` blocks."""
+        return blocks * self.block_size
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @property
+    def free_blocks(self) -> int:
+        return self.num_blocks - len(self._held)
+
+    @property
+    def used_blocks(self) -> int:
+        return len(self._held)
+
+    @property
+    def used_tokens(self) -> int:
+        """Token slots in blocks in use (a partly filled last block counts whole)."""
+        return self.tokens_in(len(self._held))
+
+    def is_free(self, block: int) -> bool:
+        return 0 <= block < self.num_blocks and block not in self._held
+
+    # -- allocation ----------------------------------------------------------------------------
+    def allocate(self, n: int = 1) -> list:
+        """`n` free blocks, lowest ids first; `OutOfBlocks` (and nothing taken) if fewer are free."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} blocks")
+        if n > self.free_blocks:
+            raise OutOfBlocks(f"{n} blocks needed, {self.free_blocks} of {self.num_blocks} free")
+        out = []
+        for _ in range(n):
+            if self._returned:
+                b = heapq.heappop(self._returned)
+            else:
+                b = self._next
+                self._next += 1
+            self._held.add(b)
+            out.append(b)
+        return out
+
+    def release(self, blocks: Iterable[int]) -> None:
+        """Return `blocks` to the pool (ValueError, before any is returned, if one is not in use)."""
+        blocks = list(blocks)
+        for b in blocks:
+            if b not in self._held:
+                raise ValueError(f"block {b} is not in use")
+        if len(set(blocks)) != len(blocks):
+            raise ValueError("a block is released twice")
+        for b in blocks:
+            self._held.remove(b)
+            heapq.heappush(self._returned, b)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the bookkeeping is inconsistent (used by the tests)."""
+        returned = set(self._returned)
+        assert len(returned) == len(self._returned), "a block is on the free list twice"
+        assert not returned & self._held, "a block is both free and in use"
+        assert all(0 <= b < self._next for b in returned | self._held), "a block id out of range"
+        assert len(returned) + len(self._held) == self._next <= self.num_blocks, "blocks lost or invented"

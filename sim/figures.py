@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from sim import (attention, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline, sampling,
-                 scheduler, speculative)
+from sim import (attention, batching, decode, hardware, kv, latency, paging, parallel, pipeline, pruning, quant, roofline,
+                 sampling, scheduler, speculative)
 
 
 @dataclass(frozen=True)
@@ -28,28 +28,28 @@ class FigureSim:
 
 
 FIGURES: dict = {
-    "ch00-decode-meter": FigureSim(roofline.decode_meter, roofline.DecodeMeterParams, ("roofline",)),
+    "ch00-decode-meter": FigureSim(decode.decode_meter, decode.DecodeMeterParams, ("decode", "forward")),
     "ch01-pipeline": FigureSim(pipeline.describe_pipeline, pipeline.PipelineParams, ("models",)),
     "ch01-sampler": FigureSim(sampling.apply_sampling, sampling.SamplingParams, ("sampling",)),
-    "ch02-phases": FigureSim(roofline.phase_times, roofline.PhaseParams, ("roofline",)),
+    "ch02-phases": FigureSim(decode.phase_times, decode.PhaseParams, ("decode", "forward")),
     "ch03-hierarchy": FigureSim(hardware.memory_hierarchy, hardware.HierarchyParams, ("hardware",)),
     "ch03-roofline": FigureSim(roofline.roofline_chart, roofline.RooflineChartParams, ("roofline", "calibration")),
-    "ch04-batch-knee": FigureSim(roofline.sweep_batch, roofline.BatchSweepParams, ("roofline", "calibration")),
+    "ch04-batch-knee": FigureSim(batching.sweep_batch, batching.BatchSweepParams, ("batching", "calibration")),
     "ch04-scheduler": FigureSim(scheduler.compare_schedules, scheduler.SchedulerParams, ("scheduler",)),
     "ch05-latency": FigureSim(latency.estimate_latency, latency.LatencyParams, ("latency",)),
     "ch05-load": FigureSim(latency.simulate_load, latency.LoadParams, ("latency", "scheduler")),
     "ch06-kv-size": FigureSim(kv.kv_size, kv.KVSizeParams, ("kv",)),
-    "ch06-kv-budget": FigureSim(kv.kv_budget, kv.KVBudgetParams, ("kv", "roofline")),
+    "ch06-kv-budget": FigureSim(kv.kv_budget, kv.KVBudgetParams, ("kv", "forward")),
     "ch07-paging": FigureSim(paging.compare_prefix_caching, paging.PagingParams, ("paging",)),
     "ch07-waste": FigureSim(paging.reservation_waste, paging.WasteParams, ("paging",)),
     "ch08-flash": FigureSim(attention.compare_flash_attention, attention.FlashParams, ("attention",)),
     "ch08-flash-decoding": FigureSim(attention.split_kv_decode, attention.SplitKVParams, ("attention",)),
     "ch09-speculative-rounds": FigureSim(speculative.simulate_rounds, speculative.RoundsParams, ("speculative",)),
     "ch09-speculative-speedup": FigureSim(speculative.speedup_vs_batch, speculative.SpeedupParams,
-                                          ("speculative", "roofline")),
+                                          ("speculative", "forward")),
     "ch09-rejection-sampling": FigureSim(speculative.demonstrate_rejection_sampling, speculative.RejectionParams,
                                          ("speculative",)),
     "ch10-quant": FigureSim(quant.quantize_demo, quant.QuantDemoParams, ("quant",)),
-    "ch11-pruning": FigureSim(pruning.predict_pruning_speedup, pruning.PruningParams, ("pruning", "roofline")),
-    "ch12-parallel": FigureSim(parallel.plan_parallel, parallel.ParallelParams, ("parallel", "roofline")),
+    "ch11-pruning": FigureSim(pruning.predict_pruning_speedup, pruning.PruningParams, ("pruning", "forward")),
+    "ch12-parallel": FigureSim(parallel.plan_parallel, parallel.ParallelParams, ("parallel", "forward")),
 }

@@ -24,11 +24,13 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration
+from sim.batch import Precision
+from sim.batching import batch_grid
 from sim.checks import check_int, check_range, checked_params
+from sim.forward import StepCost
+from sim.kernel_model import Calibration
 from sim.models import CATALOGUE as MODEL_CATALOGUE
 from sim.models import resolve as resolve_model
-from sim.roofline import Precision, StepCost, batch_grid
 
 DRAFTERS = ("eagle", "ngram")      # or any model catalogue name
 EAGLE31_REFERENCE_SPEEDUPS = {1: 2.03, 4: 1.71, 16: 1.66}   # R12: per-user throughput gain by requests in flight

@@ -318,3 +318,36 @@ def test_without_a_cache_the_counter_runs_away():
     assert np.all(np.diff(none.step_time_s) > 0)
     assert none.step_time_s[-1] > 1.3 * none.step_time_s[0]
     assert none.cumulative_time_s[-1] > 2 * kept.cumulative_time_s[-1]
+
+
+# ---- what the figures print comes with their one sim call ---------------------------------
+
+def test_figure_results_carry_their_labels():
+    meter = decode.decode_meter(decode.DecodeMeterParams(model="llama-3.1-70b", gpu="L40S"), calibration=SPEC)
+    assert (meter.model, meter.memory_bytes, meter.memory_label) == ("Llama 3.1 70B", 46_068 * 2 ** 20, "48 GB")
+    ph = decode.phase_times(decode.PhaseParams(gpu="H200"))
+    assert ph.ridge_flop_per_byte == pytest.approx(989e12 / 4.8e12)          # H200: H100 compute, 4.8 TB/s
+    assert ph.calibration_note == calibration.for_gpu(hardware.get("H200")).note
+    assert (ph.model, ph.gpu) == ("Llama 3.1 8B", "NVIDIA H200 SXM 141GB")
+
+
+def test_roofline_chart_carries_the_gpus_own_measured_kernels():
+    own = calibration.own_recorded_device(H100)
+    r = roofline.roofline_chart(roofline.RooflineChartParams(gpu="H100-SXM", dtype="bf16"))
+    # the imported H100 timings are fp16, which stand for bf16 (same tensor-core rate)
+    assert r.measured is not None and r.measured.device == own.name and r.measured.dtype in own.calibration.flops_per_s
+    assert r.no_measured_reason == "" and "NVIDIA H100 SXM5 80GB" in r.measured_on
+    none = roofline.roofline_chart(roofline.RooflineChartParams(gpu="B200"))
+    assert none.measured is None and none.no_measured_reason == "no kernel timings of this GPU"
+    fp8 = roofline.roofline_chart(roofline.RooflineChartParams(gpu="H100-SXM", dtype="fp8"))
+    assert fp8.measured is None and fp8.no_measured_reason == "its timings have no fp8 kernels"
+
+
+def test_batch_sweep_carries_one_layers_measured_gemms():
+    own = batching.sweep_batch(batching.BatchSweepParams(gpu="A100-80GB", batch=8, max_batch=8))
+    a100 = calibration.own_recorded_device(hardware.get("A100-80GB"))
+    assert own.measured.device == a100.name and "not A100-80GB numbers" not in own.measured_note
+    m = batching.layer_gemm_measurements(a100, own.measured.model)
+    assert own.measured.measured_s.tolist() == m.measured_s.tolist()
+    other = batching.sweep_batch(batching.BatchSweepParams(gpu="B200", model="gemma-7b", batch=8, max_batch=8))
+    assert other.measured.device != "NVIDIA B200" and "they are not B200 numbers" in other.measured_note

@@ -16,7 +16,7 @@ compares the plain terms. An operation is *memory-bound* when the bytes term win
 *ridge point* (R26, R31; `sim.roofline`).
 
 Conventions (the step's sequences are a `sim.batch.Batch`)
------------
+----------------------------------------------------------
 - A GEMM of m tokens through a (k in -> n out) weight does 2 m n k FLOPs and moves
   k n weights, m k inputs and m n outputs.
 - Attention (a fused FlashAttention-style kernel) does 4 x heads x head_dim FLOPs per
@@ -229,6 +229,7 @@ def spec_time_s(cal: Calibration, s: OpSpec, act_bytes: float):
 
 
 def to_op(cal: Calibration, s: OpSpec, act_bytes: float) -> Op:
+    """`s` costed on `cal`: its time, its plain memory and compute terms, and which of them bounds it."""
     t = spec_time_s(cal, s, act_bytes)
     mem = (s.weight_bytes + s.act_bytes + s.kv_bytes) / cal.bandwidth_bytes_per_s
     comp = s.flops / cal.flops(s.dtype) if s.kind != "elementwise" and s.flops else 0.0
@@ -237,6 +238,7 @@ def to_op(cal: Calibration, s: OpSpec, act_bytes: float) -> Op:
 
 
 def calibration_for(gpu: GPU, calibration: Optional[Calibration]) -> Calibration:
+    """`calibration` when given, else the best one shipped for `gpu` (`sim.calibration.for_gpu`)."""
     return calibration if calibration is not None else for_gpu(gpu)
 
 

@@ -3,7 +3,7 @@
     python -m gpu_traces.calibrate            # all traces under gpu_traces/traces/
     python -m gpu_traces.calibrate --check    # exit 1 if the shipped files are out of date
 
-What is fitted (the formulas live in sim/calibration.py, shared with the simulations):
+What is fitted (the formulas live in sim/kernel_model.py, shared with the simulations):
 
 1. Every point is put in the training or the held-out set by a hash of its kind, dtype,
    backend and label (a quarter held out). The copy sweep and the square GEMMs define
@@ -37,11 +37,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from gpu_traces.schema import TraceError, load_trace
-from sim import calibration as cal_mod
-from sim import hardware
-from sim.calibration import (CALIBRATION_DIR, CALIBRATION_FORMAT_VERSION, POINT_COLUMNS,
-                             calibration_from_section, predict_rows, relative_errors,
-                             spec_sheet)
+from sim import hardware, kernel_model
+from sim.calibration import CALIBRATION_DIR, CALIBRATION_FORMAT_VERSION, POINT_COLUMNS, calibration_from_section
+from sim.kernel_model import predict_rows, relative_errors, spec_sheet
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -190,7 +188,7 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
 
     def make_loss(tile_m, tile_n):
         def loss(theta):
-            params = cal_mod.GemmShapeParams(_efficiency(theta[0]), _efficiency(theta[1]),
+            params = kernel_model.GemmShapeParams(_efficiency(theta[0]), _efficiency(theta[1]),
                                              tile_m, tile_n, _smoothness(theta[2]),
                                              float(np.exp(theta[3])), float(np.exp(theta[4])))
             return _log_loss(params.time_s(fl, nb, m, n, bandwidth_bytes_per_s=bw,
@@ -226,11 +224,11 @@ def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: floa
     """Efficiencies, corner, fixed cost and score-matrix traffic of one attention backend."""
     fl = np.array([p["flops"] for p in points])
     nb = np.array([p["bytes"] for p in points])
-    sb = np.array([cal_mod.score_bytes(p["shape"]) for p in points])
+    sb = np.array([kernel_model.score_bytes(p["shape"]) for p in points])
     t = np.array([p["time_s"] for p in points])
 
     def loss(theta):
-        params = cal_mod.RooflineParams(_efficiency(theta[0]), _efficiency(theta[1]),
+        params = kernel_model.RooflineParams(_efficiency(theta[0]), _efficiency(theta[1]),
                                         _smoothness(theta[2]), float(np.exp(theta[3])),
                                         float(min(np.exp(theta[4]), MAX_SCORE_TRAFFIC)))
         return _log_loss(params.time_s(fl, nb, bandwidth_bytes_per_s=bw, flops_per_s=flops_per_s,
@@ -473,7 +471,7 @@ def fit_allreduce(traces: Sequence[Mapping], topology: str) -> dict | None:
     """All-reduce inside one server: t = smax_p(latency, 2 (g - 1) / g x bytes / bus).
 
     A fixed latency (NCCL's setup and synchronisation) that a ring's traffic hides once the
-    message is large, with the roofline's rounded corner (sim.calibration.smooth_max).
+    message is large, with the roofline's rounded corner (sim.kernel_model.smooth_max).
     Robust fit on the log error over the server's GPU counts; judged by leaving one GPU
     count out (fit on the others, predict it). Returns None without such a profile.
     """
@@ -488,7 +486,7 @@ def fit_allreduce(traces: Sequence[Mapping], topology: str) -> dict | None:
     t = np.array([sig(p["time"]["median_s"]) for p in pts])
 
     def params(theta):
-        return cal_mod.AllReduceParams(float(np.exp(theta[0])), float(np.exp(theta[1])),
+        return kernel_model.AllReduceParams(float(np.exp(theta[0])), float(np.exp(theta[1])),
                                        _smoothness(theta[2]), topology, 0.0, 0.0)
 
     def fit(mask):

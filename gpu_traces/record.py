@@ -27,7 +27,7 @@ import torch
 from gpu_traces import harness, kernels, suites
 from gpu_traces.schema import SCHEMA_VERSION, TraceError, time_stats, validate_trace
 from gpu_traces.shapes import counts
-from sim.calibration import KINDS
+from sim.kernel_model import KINDS
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 ORDER = ("copy", "big-gemm", "gemm", "attention-decode", "attention-prefill", "elementwise")

@@ -6,8 +6,14 @@ Importing `sim` imports nothing else; import the module a figure needs:
     hardware     GPU catalogue (spec-sheet numbers with sources) and memory hierarchy
     models       model catalogue and parameter breakdowns
     dtypes       storage width of each number format
-    calibration  effective bandwidth / FLOP/s / launch cost per device (from traces or defaults)
-    roofline     FLOPs, bytes and time per op and per forward pass; ridge, knee, sweeps
+    kernel_model the kernel-time model: effective bandwidth / FLOP/s / launch cost and shape terms
+    calibration  fitted calibration files and the best calibration for a GPU (trace or spec sheet)
+    batch        inputs of one step: number formats (Precision) and sequences (Batch)
+    ops          FLOPs, bytes and time of each kernel of a step
+    forward      one whole forward step (launches included) and fast step times (StepCost)
+    roofline     ridge points, decode ceilings, roofline charts
+    decode       the decode meter and the two phases of a request
+    batching     the batch knee, the batch sweep, measured GEMMs of one layer
     latency      TTFT, TPOT, ITL, end-to-end; a loaded server; goodput (DistServe) under SLOs
     kv           KV-cache size, budget and sequences that fit
     kv_blocks    the KV cache as a pool of fixed-size blocks (shared by paging and scheduler)

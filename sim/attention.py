@@ -31,9 +31,10 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration, for_gpu
+from sim.calibration import for_gpu
 from sim.checks import check_choice, check_int, check_positive, checked_params
 from sim.hardware import resolve as resolve_gpu
+from sim.kernel_model import Calibration
 from sim.models import resolve as resolve_model
 from sim.dtypes import bytes_per_elem
 

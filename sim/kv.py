@@ -18,15 +18,17 @@ from typing import Optional, Union
 
 import numpy as np
 
-from sim.calibration import Calibration
+from sim.batch import Batch, Precision
+from sim.batching import batch_grid
 from sim.checks import check_choice, check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
+from sim.forward import (StepCost, context_where_kv_reads_equal_weights,  # noqa: F401 (chapters call it as sim.kv's)
+                         forward_pass, stored_weight_bytes)
 from sim.hardware import resolve as resolve_gpu
 from sim.kv_blocks import blocks_for
+from sim.kernel_model import Calibration
 from sim.models import ModelConfig, weight_bytes
 from sim.models import resolve as resolve_model
-from sim.roofline import (Batch, Precision, StepCost, batch_grid, context_where_kv_reads_equal_weights,  # noqa: F401
-                          forward_pass, stored_weight_bytes)
 
 GiB = 2 ** 30
 ATTENTION_KINDS = ("model", "mha", "gqa", "mqa")
@@ -237,6 +239,10 @@ class KVBudgetResult:
     tokens_per_s_total: np.ndarray       # (n,)
     batch_where_kv_reads_equal_weights: float   # B at which cache reads match weight reads
     calibration_note: str
+    model: str                           # display name
+    gpu: str                             # display name
+    memory_mib: int                      # device memory as the driver reports it
+    memory_label: str                    # the datasheet's marketing figure, e.g. "80 GB"
 
 
 def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[Calibration] = None) -> KVBudgetResult:
@@ -272,4 +278,5 @@ def kv_budget(params: KVBudgetParams = KVBudgetParams(), calibration: Optional[C
         device_bytes=g.memory_bytes, weight_bytes=wbytes, reserve_bytes=p.reserve_bytes, budget_bytes=float(budget), kv_bytes_per_sequence=per_seq,
         max_sequences=n_fit, batch_grid=grid, step_time_s=times, weight_bytes_read=w_read, kv_bytes_read=kv_read,
         kv_share_of_reads=kv_read / (kv_read + w_read), tokens_per_s_total=grid / times,
-        batch_where_kv_reads_equal_weights=f1.weight_bytes / f1.kv_bytes, calibration_note=cost.calibration.note)
+        batch_where_kv_reads_equal_weights=f1.weight_bytes / f1.kv_bytes, calibration_note=cost.calibration.note,
+        model=m.display_name, gpu=g.display_name, memory_mib=g.memory_mib, memory_label=g.memory_label)

@@ -23,11 +23,12 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration
+from sim.batch import Batch, Precision
 from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
+from sim.forward import StepCost, attention_share_of_prefill, forward_pass
 from sim.hardware import resolve as resolve_gpu
+from sim.kernel_model import Calibration
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, StepCost, attention_share_of_prefill, forward_pass
 
 READING_WORDS_PER_MIN = 238.0   # adult silent reading of English non-fiction, words a minute (READING)
 TOKENS_PER_WORD = 4.0 / 3.0     # rule of thumb for English text under BPE tokenizers (~0.75 words per token)
@@ -270,7 +271,7 @@ def ttft_levers(params: LatencyParams = LatencyParams(preset="summarise"), cache
     >>> bool(t.chunked_s > t.baseline_s > t.fp8_s > t.prefix_cached_s)
     True
     """
-    from sim.parallel import tensor_parallel_prefill_s   # parallel imports roofline only; kept local for clarity
+    from sim.parallel import tensor_parallel_prefill_s   # parallel imports the forward pass only; kept local for clarity
     from sim.scheduler import chunked_prefill_s
 
     p = params

@@ -152,6 +152,19 @@ def resolve(model: Union[str, ModelConfig]) -> ModelConfig:
     return model if isinstance(model, ModelConfig) else get(model)
 
 
+def measured_model_name(label: str) -> str:
+    """A display name for the model label of measured points: the catalogue's name when the
+    label is a catalogue model (an imported "-hf" checkpoint name included), else the label.
+
+    >>> measured_model_name("llama-2-7b-hf")
+    'Llama 2 7B'
+    >>> measured_model_name("qwen-72b")
+    'qwen-72b'
+    """
+    key = label.removesuffix("-hf")
+    return CATALOGUE[key].display_name if key in CATALOGUE else label
+
+
 def parameter_breakdown(model: Union[str, ModelConfig]) -> ParameterBreakdown:
     """Count the weights of each part of `model`.
 

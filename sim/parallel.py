@@ -32,15 +32,17 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration, for_gpu
+from sim.batch import Batch, Precision
+from sim.calibration import for_gpu
 from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
 from sim.dtypes import bytes_per_elem
+from sim.forward import forward_pass, launched_step_time_s, stored_weight_bytes
 from sim.hardware import resolve as resolve_gpu
+from sim.kernel_model import Calibration
 from sim.kv import ACTIVATION_RESERVE_BYTES, VLLM_GPU_MEMORY_UTILIZATION, kv_cache_bytes
 from sim.models import parameter_breakdown
 from sim.models import resolve as resolve_model
-from sim.roofline import (Batch, Precision, expected_experts_touched, forward_pass, launched_step_time_s,
-                          stored_weight_bytes)
+from sim.ops import expected_experts_touched
 
 PCIE_GEN4_X16_BYTES_PER_S = 32e9     # PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes ~ 32 GB/s each way (no-NVLink GPUs)
 ALLREDUCE_LATENCY_S = 10e-6          # assumed fixed cost of one small all-reduce (launch + synchronisation)
@@ -93,7 +95,7 @@ def tensor_parallel_prefill_s(model, gpu, prompt_tokens: int, tp: int, precision
     launches every kernel eagerly, and every layer ends in two all-reduces of the prompt's
     activations (prompt x hidden x activation bytes) over NVLink (R33).
 
-    >>> from sim.roofline import prefill_pass
+    >>> from sim.forward import prefill_pass
     >>> tensor_parallel_prefill_s("llama-3.1-8b", "H100-SXM", 4096, 1) == prefill_pass(
     ...     "llama-3.1-8b", "H100-SXM", 4096).time_s
     True

@@ -25,11 +25,13 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration, for_gpu
+from sim.batch import Batch, Precision
+from sim.calibration import for_gpu
 from sim.checks import check_int, check_non_negative, check_range, checked_params
+from sim.forward import forward_pass
 from sim.hardware import resolve as resolve_gpu
+from sim.kernel_model import Calibration
 from sim.models import resolve as resolve_model
-from sim.roofline import Batch, Precision, forward_pass
 
 META_BITS_PER_KEPT_VALUE = 2     # R22: a 2-bit position index for each kept value of a 2:4 group
 R23_MEASURED_SPEEDUP_RANGE = (2.1, 3.0)   # R23: 2:4 + 4-bit Llama 3.1 8B, single user, A5000/A6000/A100

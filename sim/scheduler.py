@@ -1,7 +1,7 @@
 """Iteration-level scheduling: a deterministic discrete-event simulation of a serving engine.
 
 The GPU runs one forward *step* at a time; the scheduler decides, before each step, which
-requests take part and with how many tokens. Step times come from `sim.roofline.StepCost`.
+requests take part and with how many tokens. Step times come from `sim.forward.StepCost`.
 
 Policies
 --------
@@ -49,13 +49,14 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration
+from sim.batch import Precision
 from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
+from sim.forward import StepCost, stored_weight_bytes
 from sim.hardware import resolve as resolve_gpu
+from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.kv_blocks import BlockPool
 from sim.models import resolve as resolve_model
-from sim.roofline import Precision, StepCost, stored_weight_bytes
 
 POLICIES = ("static", "continuous")
 SLOT_KINDS = ("idle", "prefill", "decode", "padding", "stalled")   # codes 0..4 in slot_kind

@@ -25,12 +25,14 @@ from typing import Optional
 
 import numpy as np
 
-from sim.calibration import Calibration
+from sim.batch import Precision
+from sim.batching import batch_grid
 from sim.checks import check_int, check_range, checked_params
+from sim.forward import StepCost, stored_weight_bytes
+from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.models import CATALOGUE as MODEL_CATALOGUE
 from sim.models import resolve as resolve_model
-from sim.roofline import Precision, StepCost, batch_grid, stored_weight_bytes
 
 # Per-user output-throughput gain of EAGLE 3.1 in vLLM by requests in flight (EAGLE, vLLM and
 # TorchSpec teams, vLLM blog, May 2026: Kimi K2.6 in NVFP4 on GB200, SPEED-Bench coding).

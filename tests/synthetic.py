@@ -12,8 +12,8 @@ import numpy as np
 from gpu_traces import suites
 from gpu_traces.schema import SCHEMA_VERSION, time_stats
 from gpu_traces.shapes import counts
-from sim.calibration import Calibration, predict_rows
 from sim.hardware import cpu_slug, identify_device
+from sim.kernel_model import Calibration, predict_rows
 
 
 def synthesize_trace(cal: Calibration, *, suite: str = "cuda", device_name: str = "NVIDIA H200",

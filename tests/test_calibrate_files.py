@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gpu_traces import calibrate
-from sim import calibration
+from sim import kernel_model
 from tests.synthetic import synthesize_trace
 
 GOOD = {"h200.json": json.dumps({"generated_by": calibrate.GENERATOR, "n": 1}) + "\n"}
@@ -70,7 +70,7 @@ def test_a_full_disk_leaves_the_old_file_whole(tmp_path, stub_fit, monkeypatch, 
 
 
 def test_a_gpu_outside_the_catalogue_is_calibrated_with_a_warning(tmp_path, monkeypatch):
-    truth = calibration.Calibration(device="made-up", source="trace", bandwidth_bytes_per_s=6e11,
+    truth = kernel_model.Calibration(device="made-up", source="trace", bandwidth_bytes_per_s=6e11,
                                     flops_per_s={"bf16": 1e14, "fp8": 2e14},
                                     launch_overhead_s=5e-6, note="", compute_units=80)
     trace = synthesize_trace(truth, suite="cuda-quick", device_name="NVIDIA A10G")

@@ -12,20 +12,21 @@ import pytest
 from gpu_traces import calibrate
 from gpu_traces.calibrate import fit_line, fit_trace, nelder_mead
 from sim import calibration as C
+from sim import kernel_model
 from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
-TRUTH = C.Calibration(
+TRUTH = kernel_model.Calibration(
     device="made-up Hopper", source="trace", bandwidth_bytes_per_s=4.0e12,
     flops_per_s={"bf16": 7.0e14, "fp8": 1.3e15}, launch_overhead_s=3e-6, note="",
-    gemm={"bf16": C.GemmShapeParams(0.9, 0.8, 128, 128, 3.0, half_rate_tokens=8.0),
-          "fp8": C.GemmShapeParams(0.85, 0.75, 64, 256, 2.5)},
-    attention={"flash": C.RooflineParams(0.6, 0.7, 4.0, 5e-6),
-               "efficient": C.RooflineParams(0.45, 0.6, 3.0, 8e-6),
-               "math": C.RooflineParams(0.2, 0.3, 2.0, 2e-5, score_traffic=3.0)},
-    elementwise={"rms_norm": C.LineParams(8e-6, 0.6), "silu_mul": C.LineParams(6e-6, 0.5),
-                 "residual_add": C.LineParams(3e-6, 0.9)},
+    gemm={"bf16": kernel_model.GemmShapeParams(0.9, 0.8, 128, 128, 3.0, half_rate_tokens=8.0),
+          "fp8": kernel_model.GemmShapeParams(0.85, 0.75, 64, 256, 2.5)},
+    attention={"flash": kernel_model.RooflineParams(0.6, 0.7, 4.0, 5e-6),
+               "efficient": kernel_model.RooflineParams(0.45, 0.6, 3.0, 8e-6),
+               "math": kernel_model.RooflineParams(0.2, 0.3, 2.0, 2e-5, score_traffic=3.0)},
+    elementwise={"rms_norm": kernel_model.LineParams(8e-6, 0.6), "silu_mul": kernel_model.LineParams(6e-6, 0.5),
+                 "residual_add": kernel_model.LineParams(3e-6, 0.9)},
     compute_units=132, default_attention_backend="flash")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_traces import calibrate
 from sim import calibration as C
-from sim import hardware
+from sim import hardware, kernel_model
 from tests.figures import cpython_state
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,8 +68,8 @@ def test_parallel_uses_the_measured_all_reduce():
     a = cal.allreduce
     # 16 users x Llama 3.1 70B hidden 8192 x 2 bytes over 4 GPUs
     msg = 16 * 8192 * 2
-    assert a.time_s(msg, 4) == pytest.approx(float(C.smooth_max(a.latency_s, 1.5 * msg / a.bus_bytes_per_s,
-                                                                 a.smoothness)), rel=1e-12)
+    assert a.time_s(msg, 4) == pytest.approx(float(kernel_model.smooth_max(a.latency_s, 1.5 * msg / a.bus_bytes_per_s,
+                                                                          a.smoothness)), rel=1e-12)
     r = parallel.plan_parallel(parallel.ParallelParams(), calibration=cal)
     tp = r.chosen.tp
     layers = 80

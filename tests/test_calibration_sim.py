@@ -13,7 +13,7 @@ import pytest
 
 from gpu_traces import calibrate, shapes
 from sim import calibration as C
-from sim import hardware
+from sim import hardware, kernel_model
 from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,18 +27,18 @@ def test_docstring_examples(module):
 
 
 def test_spec_sheet_defaults():
-    cal = C.spec_sheet(H100)
+    cal = kernel_model.spec_sheet(H100)
     assert cal.source == "spec-sheet"
     assert cal.bandwidth_bytes_per_s == pytest.approx(0.8 * 3.35e12)
     assert cal.flops("bf16") == pytest.approx(0.6 * 989e12)
-    assert cal.launch_overhead_s == C.DEFAULT_LAUNCH_OVERHEAD_S == 4e-6
+    assert cal.launch_overhead_s == kernel_model.DEFAULT_LAUNCH_OVERHEAD_S == 4e-6
     assert "80% of peak bandwidth" in cal.note
     with pytest.raises(ValueError, match="valid dtypes: bf16, fp16, fp8, int8"):
         cal.flops("fp4")
 
 
 def test_plain_roofline_formulas():
-    cal = C.spec_sheet(H100)
+    cal = kernel_model.spec_sheet(H100)
     # decode GEMM of Llama 3.1 8B's gate_up at batch 1: memory-bound
     m, n, k = 1, 28672, 4096
     t = cal.gemm_time_s(m, n, k)
@@ -57,26 +57,26 @@ def test_plain_roofline_formulas():
 
 def test_smooth_max_and_tile_waves():
     a, b = np.array([1.0, 3.0, 0.0]), np.array([1.0, 4.0, 2.0])
-    assert C.smooth_max(a, b, 2.0) == pytest.approx([2 ** 0.5, 5.0, 2.0])
-    assert C.smooth_max(a, b, 1.0) == pytest.approx(a + b)
-    assert C.smooth_max(a, b, 200.0) == pytest.approx(np.maximum(a, b), rel=0.01)
-    assert float(C.smooth_max(0.0, 0.0, 3.0)) == 0.0
+    assert kernel_model.smooth_max(a, b, 2.0) == pytest.approx([2 ** 0.5, 5.0, 2.0])
+    assert kernel_model.smooth_max(a, b, 1.0) == pytest.approx(a + b)
+    assert kernel_model.smooth_max(a, b, 200.0) == pytest.approx(np.maximum(a, b), rel=0.01)
+    assert float(kernel_model.smooth_max(0.0, 0.0, 3.0)) == 0.0
     # 132 SMs: 132 tiles fill one wave, 133 need a second, nearly empty one
-    assert float(C.tile_wave_efficiency(128 * 12, 128 * 11, 128, 128, 132)) == 1.0
-    assert float(C.tile_wave_efficiency(128 * 133, 128, 128, 128, 132)) == pytest.approx(133 / 264)
+    assert float(kernel_model.tile_wave_efficiency(128 * 12, 128 * 11, 128, 128, 132)) == 1.0
+    assert float(kernel_model.tile_wave_efficiency(128 * 133, 128, 128, 128, 132)) == pytest.approx(133 / 264)
     # a lone token gets a tile its own size; 129 tokens need a second, nearly empty tile row
-    assert float(C.tile_wave_efficiency(1, 128, 64, 128, 1)) == 1.0
-    assert float(C.tile_wave_efficiency(65, 128, 64, 128, 1)) == pytest.approx(65 / 128)
+    assert float(kernel_model.tile_wave_efficiency(1, 128, 64, 128, 1)) == 1.0
+    assert float(kernel_model.tile_wave_efficiency(65, 128, 64, 128, 1)) == pytest.approx(65 / 128)
     # 48 tiles on 132 SMs: K split in two fills 96 of them
-    assert float(C.tile_wave_efficiency(1, 6144, 128, 128, 132)) == pytest.approx(96 / 132)
+    assert float(kernel_model.tile_wave_efficiency(1, 6144, 128, 128, 132)) == pytest.approx(96 / 132)
 
 
-def _fitted(dtype_flops=7e14) -> C.Calibration:
-    return C.Calibration(
+def _fitted(dtype_flops=7e14) -> kernel_model.Calibration:
+    return kernel_model.Calibration(
         device="x", source="trace", bandwidth_bytes_per_s=4e12, flops_per_s={"bf16": dtype_flops},
-        launch_overhead_s=3e-6, note="", gemm={"bf16": C.GemmShapeParams(0.9, 0.8, 128, 128, 3.0)},
-        attention={"flash": C.RooflineParams(0.6, 0.7, 4.0, 5e-6)},
-        elementwise={"rms_norm": C.LineParams(8e-6, 0.5)}, compute_units=132,
+        launch_overhead_s=3e-6, note="", gemm={"bf16": kernel_model.GemmShapeParams(0.9, 0.8, 128, 128, 3.0)},
+        attention={"flash": kernel_model.RooflineParams(0.6, 0.7, 4.0, 5e-6)},
+        elementwise={"rms_norm": kernel_model.LineParams(8e-6, 0.5)}, compute_units=132,
         default_attention_backend="flash")
 
 
@@ -101,28 +101,20 @@ def test_shape_aware_gemm_golden_value():
 
 def test_attention_and_elementwise_use_fitted_terms():
     cal = _fitted()
-    want = 3e-6 + 5e-6 + float(C.smooth_max(1e9 / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))
+    want = 3e-6 + 5e-6 + float(kernel_model.smooth_max(1e9 / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))
     assert cal.attention_time_s(1e12, 1e9) == pytest.approx(want)
     assert cal.attention_time_s(1e12, 1e9, backend="flash") == pytest.approx(want)
     with pytest.raises(ValueError, match="no fitted attention backend 'math'; valid: flash"):
         cal.attention_time_s(1e12, 1e9, backend="math")
     # an unfused backend moves its score matrix through memory score_traffic times
-    unfused = replace(cal, attention={"math": C.RooflineParams(0.6, 0.7, 4.0, 5e-6, 2.0)})
-    want = 3e-6 + 5e-6 + float(C.smooth_max((1e9 + 2 * 5e8) / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))
+    unfused = replace(cal, attention={"math": kernel_model.RooflineParams(0.6, 0.7, 4.0, 5e-6, 2.0)})
+    want = 3e-6 + 5e-6 + float(kernel_model.smooth_max((1e9 + 2 * 5e8) / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))
     assert unfused.attention_time_s(1e12, 1e9, backend="math", score_bytes=5e8) == pytest.approx(want)
-    assert C.score_bytes({"score_elements": 1000, "bytes_per_elem": 2}) == 2000.0
+    assert kernel_model.score_bytes({"score_elements": 1000, "bytes_per_elem": 2}) == 2000.0
     assert cal.elementwise_time_s(1e9, op="rms_norm") == pytest.approx(8e-6 + 1e9 / 2e12)
     assert cal.elementwise_time_s(1e9) == pytest.approx(3e-6 + 1e9 / 4e12)
     with pytest.raises(ValueError, match="no fitted elementwise op 'softmax'"):
         cal.elementwise_time_s(1e9, op="softmax")
-
-
-def test_device_names_map_to_the_catalogue():
-    assert C.catalogue_key_for_device("NVIDIA H100 80GB HBM3") == "H100-SXM"
-    assert C.catalogue_key_for_device("NVIDIA H200") == "H200"
-    assert C.catalogue_key_for_device("NVIDIA GH200 480GB") != "H200"
-    assert C.catalogue_key_for_device("NVIDIA A10G") is None
-    assert C.catalogue_key_for_device("AMD EPYC 7B13") is None
 
 
 # ---- for_gpu: own trace > carried over > spec sheet ---------------------------------
@@ -132,10 +124,10 @@ def h200_dir(tmp_path_factory):
     """A calibration folder holding one H200 calibration (from a made-up trace)."""
     truth = _fitted()
     truth = replace(truth, flops_per_s={"bf16": 7e14, "fp8": 1.3e15},
-                    gemm={**truth.gemm, "fp8": C.GemmShapeParams(0.85, 0.75, 128, 128, 2.5)},
-                    elementwise={op: C.LineParams(5e-6, 0.7)
+                    gemm={**truth.gemm, "fp8": kernel_model.GemmShapeParams(0.85, 0.75, 128, 128, 2.5)},
+                    elementwise={op: kernel_model.LineParams(5e-6, 0.7)
                                  for op in ("rms_norm", "silu_mul", "residual_add")},
-                    attention={b: C.RooflineParams(0.5, 0.6, 3.0, 4e-6)
+                    attention={b: kernel_model.RooflineParams(0.5, 0.6, 3.0, 4e-6)
                                for b in ("flash", "efficient", "math")})
     d = tmp_path_factory.mktemp("cal")
     data = calibrate.fit_trace(synthesize_trace(truth, device_name="NVIDIA H200", noise=0.01),

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpu_traces import calibrate
-from sim import calibration, hardware
+from sim import hardware, kernel_model
 from sim.hardware import identify_device
 from tests.synthetic import synthesize_trace
 
@@ -53,11 +53,11 @@ def test_the_recorded_names_of_the_catalogue_parts():
 
 
 def test_every_tool_uses_the_one_identity():
-    cal = calibration.spec_sheet(hardware.get("A100-80GB"))
+    cal = kernel_model.spec_sheet(hardware.get("A100-80GB"))
     cal = replace(cal, flops_per_s={**cal.flops_per_s, "fp8": 2 * cal.flops_per_s["bf16"]})
     trace = synthesize_trace(cal, suite="cuda-quick", device_name="NVIDIA A100-SXM4-80GB")
     assert (trace["device"]["catalogue_key"], trace["device"]["slug"]) == ("A100-80GB", "a100-80gb")
     assert calibrate.device_identity(trace["device"]) == ("A100-80GB", "a100-80gb")
-    assert calibration.catalogue_key_for_device("NVIDIA H200 NVL") is None
+    assert identify_device("NVIDIA H200 NVL").key is None
     mig = synthesize_trace(cal, suite="cuda-quick", device_name="NVIDIA A100-SXM4-80GB MIG 1g.10gb")
     assert mig["device"]["catalogue_key"] is None

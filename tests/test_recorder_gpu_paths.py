@@ -207,8 +207,8 @@ import json, os, tempfile
 from pathlib import Path
 from gpu_traces import record
 from tests.synthetic import synthesize_trace
-from sim import calibration
-cal = calibration.Calibration(device="c", source="spec-sheet", bandwidth_bytes_per_s=2e10,
+from sim import kernel_model
+cal = kernel_model.Calibration(device="c", source="spec-sheet", bandwidth_bytes_per_s=2e10,
                               flops_per_s={"bf16": 3e11}, launch_overhead_s=5e-6, note="",
                               compute_units=2)
 trace = synthesize_trace(cal, suite="cpu-quick", device_name="Test CPU", device_type="cpu")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import attention, calibration, hardware
+from sim import attention, hardware, kernel_model
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 def test_traffic_formulas():

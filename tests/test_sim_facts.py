@@ -11,11 +11,13 @@ import math
 import numpy as np
 import pytest
 
-from sim import attention, calibration, hardware, kv, latency, models, parallel, quant, roofline, speculative
+from sim import (attention, decode, forward, hardware, kernel_model, kv, latency, models, parallel, quant, roofline,
+                 speculative)
+from sim.batch import Precision
 
 GiB = 2 ** 30
 H100 = hardware.get("H100-SXM")
-SPEC = calibration.spec_sheet(H100)
+SPEC = kernel_model.spec_sheet(H100)
 
 
 # ---- Numbers the whole guide rests on ------------------------------------------------------
@@ -76,8 +78,8 @@ def test_one_figure_for_the_bytes_of_a_decode_step():
     # and the difference from the stored model is exactly the embedding table less the one row gathered
     b = models.parameter_breakdown("llama-3.1-8b")
     c = roofline.decode_ceiling("llama-3.1-8b", "H100-SXM")
-    meter = roofline.decode_meter(roofline.DecodeMeterParams(), calibration=SPEC)
-    assert meter.weight_bytes_per_step[0] == c.weight_bytes == roofline.decode_weight_bytes("llama-3.1-8b")
+    meter = decode.decode_meter(decode.DecodeMeterParams(), calibration=SPEC)
+    assert meter.weight_bytes_per_step[0] == c.weight_bytes == forward.decode_weight_bytes("llama-3.1-8b")
     assert c.stored_weight_bytes - c.weight_bytes == 2 * (b.embedding - 4096)
     # a tied head reads the table anyway: Llama 3.2 1B reads its whole embedding through the head
     tied = roofline.decode_ceiling("llama-3.2-1b", "H100-SXM")
@@ -93,7 +95,7 @@ def test_mlp_holds_70_percent_of_llama31_8b():
 
 @pytest.mark.parametrize("batch", [1, 4, 16, 64])
 def test_decode_intensity_is_about_the_batch_R3(batch):
-    f = roofline.decode_step("llama-3.1-8b", "H100-SXM", batch, context_tokens=16, calibration=SPEC)
+    f = forward.decode_step("llama-3.1-8b", "H100-SXM", batch, context_tokens=16, calibration=SPEC)
     assert f.intensity_flop_per_byte == pytest.approx(batch, rel=0.1)
 
 
@@ -106,12 +108,12 @@ def test_simple_model_efficiencies():
 # ---- Chapters ---------------------------------------------------------------------------------
 
 def test_ch00_tensor_cores_well_under_one_percent_for_one_user():
-    r = roofline.decode_meter(roofline.DecodeMeterParams(batch=1), calibration=SPEC)
+    r = decode.decode_meter(decode.DecodeMeterParams(batch=1), calibration=SPEC)
     assert r.tensor_core_utilisation.max() < 0.01
 
 
 def test_ch02_first_token_from_prefill_and_phase_bounds_R1_R2():
-    r = roofline.phase_times(roofline.PhaseParams(prompt_tokens=2048, output_tokens=100), calibration=SPEC)
+    r = decode.phase_times(decode.PhaseParams(prompt_tokens=2048, output_tokens=100), calibration=SPEC)
     assert len(r.decode_step_time_s) == 99              # output token 1 comes from the prefill's logits
     assert r.prefill_bound == "compute" and r.decode_bound == "memory"
 
@@ -191,9 +193,9 @@ def test_ch11_sparsegpt_60_percent_unstructured_R21():
 
 
 def test_ch11_two_four_doubles_the_math_R22():
-    dense = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 8192, calibration=SPEC)
-    sparse = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 8192, calibration=SPEC,
-                                   precision=roofline.Precision(weight_bytes_per_elem=1.125, sparse_2_4=True))
+    dense = forward.prefill_pass("llama-3.1-8b", "H100-SXM", 8192, calibration=SPEC)
+    sparse = forward.prefill_pass("llama-3.1-8b", "H100-SXM", 8192, calibration=SPEC,
+                                   precision=Precision(weight_bytes_per_elem=1.125, sparse_2_4=True))
     g_dense = sum(o.compute_time_s * o.count for o in dense.ops if o.kind == "gemm" and o.name != "lm_head")
     g_sparse = sum(o.compute_time_s * o.count for o in sparse.ops if o.kind == "gemm" and o.name != "lm_head")
     assert g_sparse == pytest.approx(g_dense / 2)

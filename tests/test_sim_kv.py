@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import calibration, hardware, kv, models, roofline
+from sim import decode, forward, hardware, kernel_model, kv, models
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 def test_formula():
@@ -63,7 +63,7 @@ def test_budget_accounting_and_step_time_growth():
     assert 20 < b_eq < 35
     i = np.searchsorted(r.batch_grid, b_eq)
     assert r.kv_share_of_reads[i - 1] < 0.5 <= r.kv_share_of_reads[i]
-    f = roofline.decode_step("llama-3.1-8b", "H100-SXM", int(r.batch_grid[-1]), 4096, calibration=SPEC)
+    f = forward.decode_step("llama-3.1-8b", "H100-SXM", int(r.batch_grid[-1]), 4096, calibration=SPEC)
     assert r.step_time_s[-1] == pytest.approx(f.time_s)
 
 
@@ -97,15 +97,15 @@ def test_decode_step_grows_with_context_past_the_crossover():
     # Llama 3.1 8B on an H100, one user: the cache reads equal the 15.01 GB of weights at 114,516 tokens
     c_eq = kv.context_where_kv_reads_equal_weights("llama-3.1-8b")
     assert c_eq == pytest.approx(15_009_857_536 / (128 * 1024))
-    f = roofline.decode_step("llama-3.1-8b", "H100-SXM", 1, round(c_eq), calibration=SPEC)
+    f = forward.decode_step("llama-3.1-8b", "H100-SXM", 1, round(c_eq), calibration=SPEC)
     assert f.kv_bytes == pytest.approx(f.weight_bytes, rel=1e-4)
     # so the time per output token is not independent of the context: about 5.7 ms at 1K, 12 ms at 128K
-    short = roofline.phase_times(roofline.PhaseParams(prompt_tokens=1024), calibration=SPEC)
-    long = roofline.phase_times(roofline.PhaseParams(prompt_tokens=131072), calibration=SPEC)
+    short = decode.phase_times(decode.PhaseParams(prompt_tokens=1024), calibration=SPEC)
+    long = decode.phase_times(decode.PhaseParams(prompt_tokens=131072), calibration=SPEC)
     assert short.time_per_output_token_s == pytest.approx(5.7e-3, rel=0.02)
     assert long.time_per_output_token_s == pytest.approx(12.0e-3, rel=0.02)
     # nearly flat well below the crossover (8K adds under 7%), in proportion to the bytes beyond it
-    mid = roofline.phase_times(roofline.PhaseParams(prompt_tokens=8192), calibration=SPEC)
+    mid = decode.phase_times(decode.PhaseParams(prompt_tokens=8192), calibration=SPEC)
     assert mid.time_per_output_token_s < 1.07 * short.time_per_output_token_s
     # sixteen users share the weight reads, so the crossover comes 16 times sooner
     assert kv.context_where_kv_reads_equal_weights("llama-3.1-8b", batch=16) == pytest.approx(c_eq / 16, rel=1e-4)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import calibration, hardware, latency, roofline, scheduler
+from sim import forward, hardware, kernel_model, latency, scheduler
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 @pytest.mark.parametrize("preset", list(latency.PRESETS))
@@ -14,7 +14,7 @@ def test_presets_follow_the_definitions(preset):
     r = latency.estimate_latency(latency.LatencyParams(preset=preset), calibration=SPEC)
     w = latency.PRESETS[preset]
     assert (r.prompt_tokens, r.output_tokens) == (w.prompt_tokens, w.output_tokens)
-    pre = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", w.prompt_tokens, calibration=SPEC)
+    pre = forward.prefill_pass("llama-3.1-8b", "H100-SXM", w.prompt_tokens, calibration=SPEC)
     assert r.ttft_s == pytest.approx(pre.time_s)                       # TTFT = prefill (alone on the GPU)
     assert len(r.itl_s) == w.output_tokens - 1
     assert r.e2e_s == pytest.approx(r.ttft_s + r.itl_s.sum())
@@ -97,7 +97,7 @@ def test_tpot_grows_with_context_once_the_cache_rivals_the_weights():
     bandwidth = 0.8 * 3.35e12                            # spec-sheet calibration: 80% of HBM3's 3.35 TB/s
     assert long.tpot_s - short.tpot_s == pytest.approx((128_000 - 1000) * per_token / bandwidth, rel=0.02)
     assert short.tpot_s == pytest.approx(5.7e-3, abs=0.1e-3) and long.tpot_s == pytest.approx(11.9e-3, abs=0.1e-3)
-    step = roofline.decode_step("llama-3.1-8b", "H100-SXM", 1, 128_000, calibration=SPEC)
+    step = forward.decode_step("llama-3.1-8b", "H100-SXM", 1, 128_000, calibration=SPEC)
     assert step.kv_bytes > step.weight_bytes
     ctx = [1000, 8000, 32_000, 64_000, 128_000]
     tpots = [latency.estimate_latency(latency.LatencyParams(prompt_tokens=c, output_tokens=2),
@@ -107,7 +107,7 @@ def test_tpot_grows_with_context_once_the_cache_rivals_the_weights():
 
 def test_ttft_levers_each_change_one_thing():
     t = latency.ttft_levers(calibration=SPEC)
-    cost = roofline.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC, cuda_graphs=False)
+    cost = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC, cuda_graphs=False)
     assert t.baseline_s == pytest.approx(cost.time_s([16_000], [0]))
     # chunking makes this prompt's own first token later: every chunk re-reads the earlier chunks' cache
     assert t.chunked_s == pytest.approx(scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 16_000, 512,
@@ -118,7 +118,7 @@ def test_ttft_levers_each_change_one_thing():
     assert t.prefix_cached_s < t.baseline_s / 10
     # fp8 GEMMs run at twice bf16's tensor rate and fp8 activations halve the elementwise bytes;
     # attention stays bf16, so the saving is half of the rest
-    busy = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 16_000, calibration=SPEC).busy_time_by_kind_s()
+    busy = forward.prefill_pass("llama-3.1-8b", "H100-SXM", 16_000, calibration=SPEC).busy_time_by_kind_s()
     assert t.baseline_s - t.fp8_s == pytest.approx((busy["gemm"] + busy["elementwise"]) / 2, rel=0.01)
     # four GPUs: less than 4x faster (all-reduces, replicated elementwise work), more than 2x
     assert t.baseline_s / 4 < t.tensor_parallel_s < t.baseline_s / 2

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim import calibration, hardware, parallel, roofline
+from sim import forward, hardware, kernel_model, parallel
+from sim.batch import Batch
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 def test_allreduce_formula():
@@ -73,7 +74,7 @@ def test_one_gpu_layout_is_the_forward_pass_with_the_same_launch_model(graphs):
     # TP = PP = 1: no communication, so the step is exactly the single-GPU step, eager launch queue included
     r = parallel.plan_parallel(parallel.ParallelParams(model="llama-3.2-1b", cuda_graphs=graphs))
     assert (r.chosen.tp, r.chosen.pp, r.chosen.comm_time_s) == (1, 1, 0.0)
-    f = roofline.forward_pass("llama-3.2-1b", "H100-SXM", roofline.Batch.decode(16, 8192), cuda_graphs=graphs)
+    f = forward.forward_pass("llama-3.2-1b", "H100-SXM", Batch.decode(16, 8192), cuda_graphs=graphs)
     assert r.chosen.step_time_s == pytest.approx(f.time_s, rel=1e-12)
 
 

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sim import calibration, hardware, pruning
+from sim import hardware, kernel_model, pruning
 
-SPEC = calibration.spec_sheet(hardware.get("A100-80GB"))     # the default GPU, at its datasheet numbers
+SPEC = kernel_model.spec_sheet(hardware.get("A100-80GB"))     # the default GPU, at its datasheet numbers
 finite = st.floats(-100, 100, allow_nan=False, allow_infinity=False)
 
 

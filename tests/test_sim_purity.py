@@ -40,7 +40,8 @@ def _loaded_top_level(python: str) -> set:
 def test_every_sim_module_is_listed():
     assert {"sim.roofline", "sim.kv", "sim.paging", "sim.scheduler", "sim.speculative", "sim.quant",
             "sim.pruning", "sim.attention", "sim.parallel", "sim.sampling", "sim.latency", "sim.hardware",
-            "sim.models"} <= set(SIM_MODULES)
+            "sim.models", "sim.batch", "sim.ops", "sim.forward", "sim.decode", "sim.batching",
+            "sim.kernel_model", "sim.calibration"} <= set(SIM_MODULES)
 
 
 def test_importing_sim_pulls_in_no_ui_or_torch():

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sim
-from sim import checks, kv, roofline
+from sim import batching, checks, decode, kv
 from tests.figure_sims import FIGURES
 
 
@@ -74,7 +74,7 @@ def test_whole_number_floats_become_ints(cls, name, default):
     assert all(type(x) is int for x in (got if isinstance(got, tuple) else (got,)))
 
 
-@pytest.mark.parametrize("cls, name, value", [(roofline.DecodeMeterParams, "steps", 2.5),
+@pytest.mark.parametrize("cls, name, value", [(decode.DecodeMeterParams, "steps", 2.5),
                                                (kv.KVSizeParams, "batch", 1.5)])
 def test_fractional_values_in_int_fields_are_refused(cls, name, value):
     with pytest.raises(ValueError, match=f"{name} must be an integer, got {value}"):
@@ -85,7 +85,7 @@ def test_fractional_values_in_int_fields_are_refused(cls, name, value):
     # the reproductions: each once failed deep inside numpy with a TypeError naming no field
     lambda: FIGURES["ch09-speculative-rounds"].compute(FIGURES["ch09-speculative-rounds"].params(k=4.0)),
     lambda: FIGURES["ch07-paging"].compute(FIGURES["ch07-paging"].params(seed=0.0)),
-    lambda: roofline.sweep_batch(roofline.BatchSweepParams(grid_points=48.0)),
+    lambda: batching.sweep_batch(batching.BatchSweepParams(grid_points=48.0)),
 ])
 def test_whole_number_floats_run(call):
     assert call() is not None
@@ -103,7 +103,7 @@ def test_limits_are_what_the_issue_asked():
     with pytest.raises(ValueError, match=r"context_tokens must be <= 16,777,216 tokens, got 1e\+300"):
         kv.KVSizeParams(context_tokens=1e300)
     with pytest.raises(ValueError, match="batch must be <= 65,536 sequences, got 10000000"):
-        roofline.DecodeMeterParams(batch=10_000_000)
+        decode.DecodeMeterParams(batch=10_000_000)
     with pytest.raises(ValueError, match="grid_points must be <= 4,096"):
         kv.KVSizeParams(grid_points=10 ** 9)
     # the bound itself is a valid input
@@ -181,10 +181,10 @@ def test_kv_size_is_finite_and_grows(context, batch, dtype):
 @given(scaled_int(1, checks.BATCH_MAX), scaled_int(1, checks.CONTEXT_MAX))
 def test_decode_step_time_grows_with_batch_and_context(batch, prompt):
     """More sequences or a longer context never make a decode step faster."""
-    base = roofline.decode_meter(roofline.DecodeMeterParams(batch=batch, prompt_tokens=prompt, steps=2))
-    more_users = roofline.decode_meter(roofline.DecodeMeterParams(
+    base = decode.decode_meter(decode.DecodeMeterParams(batch=batch, prompt_tokens=prompt, steps=2))
+    more_users = decode.decode_meter(decode.DecodeMeterParams(
         batch=min(2 * batch, checks.BATCH_MAX), prompt_tokens=prompt, steps=2))
-    longer = roofline.decode_meter(roofline.DecodeMeterParams(
+    longer = decode.decode_meter(decode.DecodeMeterParams(
         batch=batch, prompt_tokens=min(2 * prompt, checks.CONTEXT_MAX), steps=2))
     for r in (base, more_users, longer):
         assert_finite(r)
@@ -197,8 +197,8 @@ def test_decode_step_time_grows_with_batch_and_context(batch, prompt):
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(scaled_int(1, checks.CONTEXT_MAX), scaled_int(1, 4096), scaled_int(1, 1024))
 def test_prefill_and_decode_time_grow_with_lengths(prompt, output, batch):
-    base = roofline.phase_times(roofline.PhaseParams(prompt_tokens=prompt, output_tokens=output, batch=batch))
-    longer = roofline.phase_times(roofline.PhaseParams(prompt_tokens=min(2 * prompt, checks.CONTEXT_MAX),
+    base = decode.phase_times(decode.PhaseParams(prompt_tokens=prompt, output_tokens=output, batch=batch))
+    longer = decode.phase_times(decode.PhaseParams(prompt_tokens=min(2 * prompt, checks.CONTEXT_MAX),
                                                        output_tokens=2 * output, batch=batch))
     for r in (base, longer):
         assert_finite(r)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import calibration, hardware, roofline, scheduler
+from sim import forward, hardware, kernel_model, scheduler
 from sim.scheduler import SLOT_DECODE, SLOT_IDLE, SLOT_PADDING, SLOT_PREFILL, RequestSpec, SchedulerParams
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 def run(**kw) -> scheduler.ScheduleResult:
@@ -77,9 +77,9 @@ def test_same_time_arrivals_keep_their_order():
 
 def test_single_request_matches_the_roofline():
     r = run(requests=(RequestSpec("x", 0.0, 1000, 50),))
-    pre = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 1000, calibration=SPEC)
+    pre = forward.prefill_pass("llama-3.1-8b", "H100-SXM", 1000, calibration=SPEC)
     assert r.ttft_s[0] == pytest.approx(pre.time_s)
-    steps = [roofline.decode_step("llama-3.1-8b", "H100-SXM", 1, 1000 + i, calibration=SPEC).time_s for i in range(49)]
+    steps = [forward.decode_step("llama-3.1-8b", "H100-SXM", 1, 1000 + i, calibration=SPEC).time_s for i in range(49)]
     assert r.tpot_s[0] == pytest.approx(np.mean(steps))
     assert r.e2e_s[0] == pytest.approx(pre.time_s + sum(steps))
 
@@ -107,7 +107,7 @@ def test_without_chunking_a_long_prompt_stalls_decodes_and_chunking_bounds_the_s
     base = SchedulerParams(add_long_prompt=True)
     plain = scheduler.simulate_schedule(base, calibration=SPEC)
     chunked = scheduler.simulate_schedule(replace(base, chunked_prefill=True, token_budget=512), calibration=SPEC)
-    long_prefill = roofline.prefill_pass("llama-3.1-8b", "H100-SXM", 8000, calibration=SPEC).time_s
+    long_prefill = forward.prefill_pass("llama-3.1-8b", "H100-SXM", 8000, calibration=SPEC).time_s
     assert plain.longest_decode_stall_s >= 0.9 * long_prefill      # decodes wait out the whole prompt
     assert chunked.longest_decode_stall_s < plain.longest_decode_stall_s / 5
     i = chunked.requests.index("long")

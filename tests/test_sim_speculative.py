@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import calibration, hardware, speculative
+from sim import hardware, kernel_model, speculative
 
-SPEC = calibration.spec_sheet(hardware.get("H100-SXM"))
+SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
 
 
 @pytest.mark.parametrize("alpha, k, expected", [

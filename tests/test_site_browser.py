@@ -168,7 +168,7 @@ needs_ch04 = pytest.mark.skipif(not any(c["file"] == "ch04-batching.html" for c 
 @needs_ch04
 def test_batch_slider_matches_sim_in_cpython(chromium, server):
     """ch04-batch-knee: the plotted point for a batch equals the sim's own number."""
-    from sim import roofline
+    from sim import batching
 
     fid = "ch04-batch-knee"
     page, log, _ = open_live(chromium, server, "ch04-batching.html", [fid])
@@ -176,7 +176,7 @@ def test_batch_slider_matches_sim_in_cpython(chromium, server):
         for batch in (256, 7, 1024):
             page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", batch)])
             shown = wait_equal(page, fid, cpython_state(fid, [("batch", batch)]))
-            r = roofline.sweep_batch(roofline.BatchSweepParams(batch=batch, model="llama-3.1-8b",
+            r = batching.sweep_batch(batching.BatchSweepParams(batch=batch, model="llama-3.1-8b",
                                                                 gpu="H100-SXM", context_tokens=256))
             assert shown["sources"]["point"]["batch"] == [batch]
             assert shown["sources"]["point"]["step_ms"][0] == pytest.approx(r.step_time_s_at_batch * 1e3, rel=1e-12)

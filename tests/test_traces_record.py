@@ -12,7 +12,7 @@ import pytest
 
 from gpu_traces import calibrate
 from gpu_traces.schema import load_trace
-from sim import calibration, models
+from sim import calibration, kernel_model, models
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE_PYTHON = REPO / ".venv-trace" / "bin" / "python"
@@ -62,7 +62,7 @@ def test_quick_trace_validates_and_says_what_it_is(quick_trace):
     assert trace["timing"]["cache_flush_bytes"] == 2 * dev["cache_bytes"]
     assert "not a GPU" in trace["suite"]["description"]
     kinds = {m["kind"] for m in trace["measurements"]}
-    assert kinds == set(calibration.KINDS)
+    assert kinds == set(kernel_model.KINDS)
 
 
 @pytest.mark.slow

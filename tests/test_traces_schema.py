@@ -9,7 +9,7 @@ import pytest
 
 from gpu_traces import schema, suites
 from gpu_traces.schema import TraceError, load_trace, time_stats, validate_trace
-from sim import calibration, models
+from sim import kernel_model, models
 from tests.synthetic import synthesize_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ SHIPPED_TRACES = sorted((REPO / "gpu_traces" / "traces").rglob("*.json"))
 @pytest.fixture(scope="module")
 def good_trace() -> dict:
     """A small valid trace (the quick CPU suite's points, timed by a spec-sheet model)."""
-    cal = calibration.Calibration(device="test CPU", source="spec-sheet",
+    cal = kernel_model.Calibration(device="test CPU", source="spec-sheet",
                                   bandwidth_bytes_per_s=20e9, flops_per_s={"bf16": 300e9},
                                   launch_overhead_s=5e-6, note="", compute_units=2)
     return synthesize_trace(cal, suite="cpu-quick", device_name="Test CPU", device_type="cpu",
@@ -199,7 +199,7 @@ def test_cuda_suite_gemms_are_the_model_layers():
 def test_cuda_suite_plan_covers_every_kind_and_backend():
     points, skips = suites.plan(suites.SUITES["cuda"])
     kinds = {p.kind for p in points}
-    assert kinds == set(calibration.KINDS)
+    assert kinds == set(kernel_model.KINDS)
     for kind in ("attention-decode", "attention-prefill"):
         # cuDNN attention too: current torch prefers it on Hopper
         assert {p.backend for p in points if p.kind == kind} == {"flash", "cudnn", "efficient",
@@ -226,7 +226,7 @@ def _h100_trace(bandwidth_share=0.85, flops_share=0.7, **kw) -> dict:
     """A made-up H100 trace timed by a model at the given shares of the datasheet."""
     from sim import hardware
     gpu = hardware.get("H100-SXM")
-    cal = calibration.Calibration(
+    cal = kernel_model.Calibration(
         device="made-up H100", source="trace",
         bandwidth_bytes_per_s=bandwidth_share * gpu.hbm_bandwidth_bytes_per_s,
         flops_per_s={d: flops_share * gpu.dense_flops[d] for d in ("bf16", "fp8")},

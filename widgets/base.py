@@ -4,8 +4,8 @@ A figure module (one per figure, e.g. widgets/ch04_batch_knee.py) defines
 
     FIGURE_ID = "ch04-batch-knee"
     TITLE = "..."
-    COMPUTE = sim.roofline.sweep_batch     # the one sim call behind the figure
-    PARAMS = sim.roofline.BatchSweepParams # its frozen Params; PARAMS() is the default state
+    COMPUTE = sim.batching.sweep_batch     # the one sim call behind the figure
+    PARAMS = sim.batching.BatchSweepParams # its frozen Params; PARAMS() is the default state
     def build() -> FigureView
 
 `build` creates the controls, makes ONE call into sim/ per update, and lays out a

@@ -11,20 +11,21 @@ again, its FLOPs grow with each token and the step becomes compute-bound.
 
 Controls: a stepper over decode steps (each adds one token per user), GPU, model,
 batch (users decoding together) and the KV cache (kept, or none). One call per update:
-sim.roofline.decode_meter.
+sim.decode.decode_meter.
 """
 from __future__ import annotations
 
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, Legend, LegendItem, Range1d
 
-from sim import hardware, models
-from sim.roofline import DecodeMeterParams, decode_meter
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, plot, provenance,
-                          readout, rows_table, stepper, watch)
+from sim import decode
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, fmt_ms, gpu_select,
+                          model_select, plot, provenance, readout, rows_table, stepper, watch)
 
 FIGURE_ID = "ch00-decode-meter"
 TITLE = "Bytes read against FLOPs done in each decode step"
+COMPUTE = decode.decode_meter
+PARAMS = decode.DecodeMeterParams
 STATES = {  # named states (widgets.state), as the chapter uses them
     "h200": {"gpu": "H200"},
     "batch-64": {"batch": 64},
@@ -38,8 +39,7 @@ UTIL_ROWS = ["tensor cores", "HBM bandwidth"]
 
 def build() -> FigureView:
     step = stepper(STEPS, label="Decode step", interval_ms=600, start=1)   # numbered from 1, like the readout
-    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
+    gpu, model = gpu_select(), model_select()
     batch = pn.widgets.IntSlider(label="Batch (users decoding together)", start=1, end=MAX_BATCH, value=1,
                                  width=CONTROL_WIDTH)
     cache_label = pn.pane.HTML("KV cache", width=CONTROL_WIDTH, margin=(6, 10, 0, 10))
@@ -82,8 +82,8 @@ def build() -> FigureView:
     numbers, note = readout(), readout(width=840)
 
     def update() -> None:
-        r = decode_meter(DecodeMeterParams(model=model.value, gpu=gpu.value, batch=batch.value,
-                                           prompt_tokens=PROMPT_TOKENS, steps=STEPS, kv_cache=cache.value))
+        r = COMPUTE(PARAMS(model=model.value, gpu=gpu.value, batch=batch.value, prompt_tokens=PROMPT_TOKENS,
+                           steps=STEPS, kv_cache=cache.value))
         i = step.value - 1
         t_mem, t_fl, t_step = r.memory_floor_s[i] * 1e3, r.compute_floor_s[i] * 1e3, r.step_time_s[i] * 1e3
         meter.data = {"row": ["bytes", "FLOPs", "step"], "ms": [t_mem, t_fl, t_step],
@@ -103,18 +103,17 @@ def build() -> FigureView:
             ("bytes read", f"{r.bytes_per_step[i] / 1e9:.2f} GB"),
             ("FLOPs done", f"{r.flops_per_step[i] / 1e9:,.1f} GFLOP"),
             ("FLOPs per byte", f"{r.flops_per_byte[i]:,.1f}"),
-            ("step time", f"{r.step_time_s[i] * 1e3:.2f} ms"),
+            ("step time", fmt_ms(r.step_time_s[i], 2)),
             ("tokens so far", f"{int(r.tokens_generated[i]):,}"),
-            ("time so far", f"{r.cumulative_time_s[i] * 1e3:,.1f} ms"),
+            ("time so far", fmt_ms(r.cumulative_time_s[i])),
             ("per user", f"{r.tokens_per_s_per_user:,.{0 if r.tokens_per_s_per_user >= 10 else 1}f} tokens/s"),
             ("all users", f"{r.tokens_per_s_total:,.0f} tokens/s"),
         ])
-        g = hardware.get(gpu.value)
-        fits = "" if r.weight_bytes_per_step[0] <= g.memory_bytes else (
+        fits = "" if r.weight_bytes_per_step[0] <= r.memory_bytes else (
             f" These weights ({r.weight_bytes_per_step[0] / 1e9:,.0f} GB) do not fit in one "
-            f"{g.memory_label} GPU ({g.memory_bytes / 1e9:.1f} GB); the figure times the step as if they did.")
+            f"{r.memory_label} GPU ({r.memory_bytes / 1e9:.1f} GB); the figure times the step as if they did.")
         note.object = provenance(
-            f"{models.get(model.value).display_name}, bf16 weights and KV cache, {PROMPT_TOKENS}-token prompt per "
+            f"{r.model}, bf16 weights and KV cache, {PROMPT_TOKENS}-token prompt per "
             f"user, CUDA graphs on. Bytes read count the weights each step uses: all but the embedding table, "
             f"of which only the new tokens' rows are gathered. Peaks: {r.peak_flops_per_s / 1e12:,.0f} TFLOP/s, "
             f"{r.peak_bandwidth_bytes_per_s / 1e12:.2f} TB/s. Tokens/s are means over the {STEPS} steps. "

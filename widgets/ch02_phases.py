@@ -11,8 +11,7 @@ timeline shows the two phases of one request; the bars compare their arithmetic
 intensity with the GPU's ridge point and the time each spends per token.
 
 Controls: prompt length, output length, GPU and model. One call per update:
-sim.roofline.phase_times (plus two GPU look-ups for the labels: the ridge point and the
-calibration note).
+sim.decode.phase_times (its result carries the ridge point and the calibration note too).
 """
 from __future__ import annotations
 
@@ -21,14 +20,14 @@ import math
 import panel as pn
 from bokeh.models import ColumnDataSource, FactorRange, Range1d, Span
 
-from sim import hardware, models
-from sim.calibration import for_gpu
-from sim.roofline import PhaseParams, phase_times, ridge_point
-from widgets.base import (BLUE, CONTROL_WIDTH, VERMILION, FigureView, plot, provenance, readout, rows_table,
-                          watch)
+from sim import decode
+from widgets.base import (BLUE, CONTROL_WIDTH, VERMILION, FigureView, gpu_select, model_select, plot, provenance,
+                          readout, rows_table, watch)
 
 FIGURE_ID = "ch02-phases"
 TITLE = "Prefill and decode of one request"
+COMPUTE = decode.phase_times
+PARAMS = decode.PhaseParams
 STATES = {  # named states (widgets.state), as the chapter uses them
     "prompt-128k": {"prompt": 131072},
     "h200": {"gpu": "H200"},
@@ -52,8 +51,7 @@ def build() -> FigureView:
     prompt = pn.widgets.IntSlider(label="Prompt length (tokens)", start=16, end=131072, step=16, value=1024,
                                   width=CONTROL_WIDTH)
     output = pn.widgets.IntSlider(label="Output length (tokens)", start=1, end=4096, value=256, width=CONTROL_WIDTH)
-    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
+    gpu, model = gpu_select(), model_select()
 
     timeline = ColumnDataSource(data={"phase": [], "start_s": [], "end_s": [], "color": [], "label": []})
     first = ColumnDataSource(data={"phase": [], "s": []})
@@ -96,10 +94,8 @@ def build() -> FigureView:
     numbers, note = readout(), readout(width=840)
 
     def update() -> None:
-        r = phase_times(PhaseParams(model=model.value, gpu=gpu.value, prompt_tokens=prompt.value,
-                                    output_tokens=output.value))
-        g = hardware.get(gpu.value)
-        ridge_at = ridge_point(g)
+        r = COMPUTE(PARAMS(model=model.value, gpu=gpu.value, prompt_tokens=prompt.value, output_tokens=output.value))
+        ridge_at = r.ridge_flop_per_byte
         steps = output.value - 1
         timeline.data = {
             "phase": ["prefill", "decode"], "start_s": [0.0, r.prefill_time_s], "end_s": [r.prefill_time_s, r.total_time_s],
@@ -135,10 +131,10 @@ def build() -> FigureView:
         rows += [("cache reads = weights at", f"{r.kv_equals_weights_context_tokens:,.0f} tokens of context")]
         numbers.object = rows_table([*rows, ("whole request", ms(r.total_time_s))])
         note.object = provenance(
-            f"{models.get(model.value).display_name} on {g.display_name}, one request, bf16 weights and KV "
+            f"{r.model} on {r.gpu}, one request, bf16 weights and KV "
             f"cache; prefill runs as separate kernels, decode steps as CUDA graphs. Dashed: the ridge point, "
             f"peak FLOP/s over peak bandwidth. A model too big for one GPU's memory is timed as if it fitted "
-            f"(chapter 12 splits it). {for_gpu(g).note.rstrip('.')}.")
+            f"(chapter 12 splits it). {r.calibration_note.rstrip('.')}.")
 
     watch([prompt, output, gpu, model], update)
     update()

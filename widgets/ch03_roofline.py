@@ -16,8 +16,9 @@ fitted to its own measurements (no spec sheet). When the chosen GPU has no timin
 figure says so.
 
 Controls: device (catalogue GPUs and recorded devices), dtype, model, decode batch B,
-prefill length. Calls: sim.roofline.roofline_chart for a catalogue GPU, and
-sim.roofline.measured_roofline for a recorded device (for a GPU, only if it has a trace).
+prefill length. One call per update: sim.roofline.roofline_chart for a catalogue GPU (its
+result carries the GPU's own measured kernels, if any), sim.roofline.measured_roofline
+for a recorded device outside the catalogue.
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ import panel as pn
 from bokeh.core.properties import value
 from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
-from sim import calibration, hardware, models
-from sim.roofline import MeasuredRooflineParams, RooflineChartParams, measured_roofline, roofline_chart
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, FigureView, plot,
-                          provenance, readout, rows_table, watch)
+from sim import hardware, roofline
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, FigureView, model_select,
+                          plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch03-roofline"
 TITLE = "The roofline, with the operations of an LLM placed on it"
+COMPUTE = roofline.roofline_chart
+PARAMS = roofline.RooflineChartParams
 STATES = {"batch-1": {"batch": 1}, "fp8": {"dtype": "fp8"}}   # named states (widgets.state), as the chapter uses them
 
 DTYPE_ORDER = ("bf16", "fp8", "int8", "fp4", "fp32")     # fp16 has the same roof as bf16 on these chips
@@ -65,20 +67,15 @@ def _tflops(x) -> list[float]:
 
 
 def build() -> FigureView:
-    recorded = {f"{RECORDED}{d.slug}": d for d in calibration.recorded_devices()}
-    traced = {d.catalogue_key: key for key, d in recorded.items()   # catalogue GPU -> its own trace
-              if d.device_type == "cuda" and d.catalogue_key in hardware.CATALOGUE}
+    # recorded devices outside the catalogue (a CPU, an uncatalogued GPU) are choices of their own
+    recorded = {f"{RECORDED}{d.slug}": d for key, d in roofline.measured_devices() if key is None}
     options = {hardware.get(n).display_name: n for n in hardware.names()}
-    # devices outside the catalogue (a CPU, an uncatalogued GPU) are choices of their own
     options.update({f"measured: {d.name}" + (" (not a GPU)" if d.device_type == "cpu" else ""): key
-                    for key, d in recorded.items() if key not in traced.values()})
-    measured_on = [hardware.get(k).display_name for k in traced] + [
-        d.name for key, d in recorded.items() if key not in traced.values()]
+                    for key, d in recorded.items()})
     device = pn.widgets.Select(label="Device", options=options, value="H100-SXM", width=CONTROL_WIDTH)
     dtype = pn.widgets.Select(label="Number format (tensor-core dtype)", options=_dtypes_of("H100-SXM", recorded),
                               value="bf16", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options={models.get(n).display_name: n for n in models.names()},
-                              value="llama-3.1-8b", width=CONTROL_WIDTH)
+    model = model_select()
     batch = pn.widgets.IntSlider(label="Decode batch B (users)", start=1, end=1024, value=64, width=CONTROL_WIDTH)
     prompt = pn.widgets.IntSlider(label="Prefill length (tokens)", start=128, end=16384, step=128, value=2048,
                                   width=CONTROL_WIDTH)
@@ -145,8 +142,8 @@ def build() -> FigureView:
         for item in gpu_items:                  # the legend lists only what is drawn
             item.visible = not is_recorded
         if is_recorded:
-            rec = recorded[device.value]
-            m = measured_roofline(MeasuredRooflineParams(device=rec.slug, dtype=dtype.value))
+            m = roofline.measured_roofline(roofline.MeasuredRooflineParams(device=recorded[device.value].slug,
+                                                                            dtype=dtype.value))
             roof_peak.data = {"x": [], "y": []}
             roof_eff.data = {"x": m.intensity_flop_per_byte, "y": _tflops(m.fitted_flops_per_s)}
             for src in ops.values():
@@ -172,9 +169,9 @@ def build() -> FigureView:
                                  "catalogue GPUs: pick one to see them (model, batch and prefill apply there).</p>")
             note.object = provenance(m.caption)
             return
-        params = RooflineChartParams(gpu=device.value, dtype=dtype.value, model=model.value, batch=batch.value,
-                                     prompt_tokens=prompt.value)
-        r = roofline_chart(params)
+        params = PARAMS(gpu=device.value, dtype=dtype.value, model=model.value, batch=batch.value,
+                        prompt_tokens=prompt.value)
+        r = COMPUTE(params)
         eff_item.label = value(EFFECTIVE_LABEL[r.calibration_source])
         roof_peak.data = {"x": r.intensity_flop_per_byte, "y": _tflops(r.peak_flops_per_s)}
         roof_eff.data = {"x": r.intensity_flop_per_byte, "y": _tflops(r.effective_flops_per_s)}
@@ -203,32 +200,24 @@ def build() -> FigureView:
             ("decode attention", span("attention (decode)")),
             ("elementwise", span("elementwise")),
         ])
-        gpu_name = hardware.get(device.value).display_name
-        own = traced.get(device.value)
-        have = recorded[own].calibration.flops_per_s if own is not None else {}
-        # fp16 and bf16 run at the same tensor-core rate on these GPUs: fp16 timings stand for bf16
-        shown = dtype.value if dtype.value in have else ("fp16" if dtype.value == "bf16" and "fp16" in have
-                                                         else None)
-        if shown is not None:
+        if r.measured is not None:
             p.title.text = f"{r.gpu}, {r.dtype}: model and measured kernels"
             notice.data = {"x": [], "y": [], "text": []}
-            m = measured_roofline(MeasuredRooflineParams(device=recorded[own].slug, dtype=shown))
-            trace_note.object = "<p>" + show_measured(m) + "</p>"
+            trace_note.object = "<p>" + show_measured(r.measured) + "</p>"
             dots_item.visible = True
         else:
             measured.data = {"x": [], "y": [], "model_y": [], "label": [], "kind": []}
             dots_item.visible = False
-            why = (f"its timings have no {dtype.value} kernels" if own is not None
-                   else "no kernel timings of this GPU")
+            why = r.no_measured_reason
             p.title.text = f"{r.gpu}, {r.dtype}: model only"
             notice.data = {"x": [r.intensity_flop_per_byte[0] * 1.3], "y": [r.peak_compute_flops_per_s / 1e12],
                            "text": [f"No measured points: {why}"]}
-            where = (f" Measured kernels exist for: {', '.join(measured_on)}; pick one in the device list to "
-                     f"see them on its own roof." if measured_on else " No device has a recorded trace yet.")
-            trace_note.object = (f"<p><b>No measured points on this chart:</b> {why} ({gpu_name}). The points "
+            where = (f" Measured kernels exist for: {', '.join(r.measured_on)}; pick one in the device list to "
+                     f"see them on its own roof." if r.measured_on else " No device has a recorded trace yet.")
+            trace_note.object = (f"<p><b>No measured points on this chart:</b> {why} ({r.gpu}). The points "
                                  f"are the model's estimates and the dashed line is the model's effective roof."
                                  f"{where}</p>")
-        note.object = provenance(f"{models.get(model.value).display_name}; operation points at the time the model "
+        note.object = provenance(f"{r.model}; operation points at the time the model "
                                  f"gives them (launch overhead included), {prompt.value}-token prefill, decode "
                                  f"with a {params.context_tokens:,}-token cache. {r.calibration_note}")
 

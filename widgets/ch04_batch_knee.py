@@ -6,9 +6,9 @@ stays flat and total tokens/s grows with the batch. Past the knee the step is
 compute-bound: time grows with the batch and per-user speed falls.
 
 Controls: batch size (1..1024), GPU, model, and the context each user already holds.
-One call: sim.roofline.sweep_batch. Below, measured GEMM times of one layer from the
-recorded traces (sim.calibration.layer_gemm_measurements), on the device they were
-recorded on, against the calibrated model and the plain roofline.
+One call: sim.batching.sweep_batch, whose result also carries the measured GEMM times of
+one layer from the recorded traces, on the device they were recorded on, against the
+calibrated model and the plain roofline (drawn below).
 """
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ import panel as pn
 from bokeh.core.properties import value
 from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
-from sim import calibration, hardware, models
-from sim.roofline import BatchSweepParams, sweep_batch
-from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, VERMILION, FigureView, plot,
-                          provenance, readout, rows_table, watch)
+from sim import batching
+from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, VERMILION, FigureView, fmt_ms, gpu_select,
+                          model_select, plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch04-batch-knee"
 TITLE = "Decode step time and throughput against batch size"
+COMPUTE = batching.sweep_batch
+PARAMS = batching.BatchSweepParams
 STATES = {  # named states (widgets.state), as the chapter uses them
     "batch-64": {"batch": 64},
     "h200-batch-64": {"gpu": "H200", "batch": 64},
@@ -34,8 +35,7 @@ CONTEXTS = {"256 tokens": 256, "2,048 tokens": 2048, "8,192 tokens": 8192, "32,7
 def build() -> FigureView:
     batch = pn.widgets.IntSlider(label="Batch size (concurrent users)", start=1, end=1024, value=1,
                                  width=CONTROL_WIDTH)
-    gpu = pn.widgets.Select(label="GPU", options=hardware.names(), value="H100-SXM", width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options=models.names(), value="llama-3.1-8b", width=CONTROL_WIDTH)
+    gpu, model = gpu_select(), model_select()
     context = pn.widgets.Select(label="Context per user", options=CONTEXTS, value=256, width=CONTROL_WIDTH)
 
     curve = ColumnDataSource(data={"batch": [], "step_ms": [], "total": [], "per_user": []})
@@ -68,56 +68,37 @@ def build() -> FigureView:
     fitted = p_meas.line("tokens", "model_ms", source=measured, line_width=2, color=ORANGE)
     plain = p_meas.line("tokens", "roofline_ms", source=measured, line_width=1.5, color=GREY, line_dash="dashed")
     dots_item = LegendItem(label="measured (quartiles)", renderers=[dots])
-    p_meas.add_layout(Legend(items=[dots_item,
-                                    LegendItem(label="calibrated model", renderers=[fitted]),
+    p_meas.add_layout(Legend(items=[dots_item, LegendItem(label="calibrated model", renderers=[fitted]),
                                     LegendItem(label="plain roofline", renderers=[plain])],
                              location="top_left", label_text_font_size="11px"), "center")
     measured_note = readout(width=300)
 
     def update() -> None:
-        r = sweep_batch(BatchSweepParams(model=model.value, gpu=gpu.value, batch=batch.value,
-                                         context_tokens=context.value))
+        r = COMPUTE(PARAMS(model=model.value, gpu=gpu.value, batch=batch.value, context_tokens=context.value))
         curve.data = {"batch": r.batch_grid, "step_ms": r.step_time_s * 1e3,
                       "total": r.tokens_per_s_total, "per_user": r.tokens_per_s_per_user}
         point.data = {"batch": [r.batch], "step_ms": [r.step_time_s_at_batch * 1e3],
                       "total": [r.tokens_per_s_total_at_batch], "per_user": [r.tokens_per_s_per_user_at_batch]}
         knee.location = r.knee_batch
         numbers.object = rows_table([
-            ("step time", f"{r.step_time_s_at_batch * 1e3:.2f} ms"),
+            ("step time", fmt_ms(r.step_time_s_at_batch, 2)),
             ("total", f"{r.tokens_per_s_total_at_batch:,.0f} tokens/s"),
             ("per user", f"{r.tokens_per_s_per_user_at_batch:,.1f} tokens/s"),
             ("GEMMs are", f"{r.bound_at_batch}-bound"),
             ("knee (dashed)", f"batch {r.knee_batch:,.0f}"),
         ])
-        note.object = provenance(f"{models.get(model.value).display_name}, bf16 weights. {r.calibration_note}")
-        show_measured()
-
-    def show_measured() -> None:
-        devices = calibration.recorded_devices()
-        own = [d for d in devices if d.catalogue_key == gpu.value]
-        gpus = [d for d in devices if d.device_type == "cuda"]
-        device = (own or gpus or list(devices) or [None])[0]
-        if device is None:
+        note.object = provenance(f"{r.model}, bf16 weights. {r.calibration_note}")
+        m = r.measured
+        if m is None:
             measured.data = {k: [] for k in measured.data}
-            measured_note.object = provenance("No kernel timings are shipped.")
-            return
-        recorded = sorted({p.shape.get("model") for p in device.points_of("gemm")})
-        fallback = "llama-3.1-8b" if "llama-3.1-8b" in recorded else recorded[0]
-        name = model.value if model.value in recorded else fallback
-        m = calibration.layer_gemm_measurements(device, name)
-        p_meas.title.text = f"Measured on {m.device}"
-        spread = not np.any(np.isnan(m.measured_p25_s))    # imported profiles publish no quartiles
-        low, high = (m.measured_p25_s, m.measured_p75_s) if spread else (m.measured_s, m.measured_s)
-        dots_item.label = value("measured (quartiles)" if spread else "measured (medians)")
-        measured.data = {"tokens": m.tokens, "measured_ms": m.measured_s * 1e3, "low_ms": low * 1e3,
-                         "high_ms": high * 1e3, "model_ms": m.model_s * 1e3,
-                         "roofline_ms": m.roofline_s * 1e3}
-        where = ("" if own else f"No kernel timings of the {gpu.value} are shipped, so these points come from another "
-                 f"device; they are not {gpu.value} numbers. ")
-        shown = calibration.measured_model_name(name)
-        which = ("" if name == model.value else
-                 f"{models.get(model.value).display_name} was not timed there; showing {shown}. ")
-        measured_note.object = provenance(f"{where}{which}Model: {shown}, {m.dtype}. {m.caption}.")
+        else:
+            p_meas.title.text = f"Measured on {m.device}"
+            spread = not np.any(np.isnan(m.measured_p25_s))    # imported profiles publish no quartiles
+            low, high = (m.measured_p25_s, m.measured_p75_s) if spread else (m.measured_s, m.measured_s)
+            dots_item.label = value("measured (quartiles)" if spread else "measured (medians)")
+            measured.data = {"tokens": m.tokens, "measured_ms": m.measured_s * 1e3, "low_ms": low * 1e3,
+                             "high_ms": high * 1e3, "model_ms": m.model_s * 1e3, "roofline_ms": m.roofline_s * 1e3}
+        measured_note.object = provenance(r.measured_note)
 
     watch([batch, gpu, model, context], update)
     update()

@@ -19,14 +19,15 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, Legend, LegendItem, Range1d, Span
 
-from sim import hardware, models
-from sim.kv import KVBudgetParams, kv_budget
-from sim.roofline import Precision
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, plot, provenance, readout,
-                          rows_table, watch)
+from sim import kv
+from sim.batch import Precision
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, gpu_select, model_select,
+                          plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch06-kv-budget"
 TITLE = "KV budget: sequences that fit and decode time as the cache grows"
+COMPUTE = kv.kv_budget
+PARAMS = kv.KVBudgetParams
 STATES = {  # named states (widgets.state), as the chapter uses them
     "h200": {"gpu": "H200"},
     "fp8-kv": {"kv_dtype": "fp8"}}
@@ -35,11 +36,8 @@ GB = 1e9
 
 
 def build() -> FigureView:
-    d = KVBudgetParams()
-    gpu = pn.widgets.Select(label="GPU", options={hardware.get(g).display_name: g for g in hardware.names()},
-                            value=d.gpu, width=CONTROL_WIDTH)
-    model = pn.widgets.Select(label="Model", options={models.get(m).display_name: m for m in models.names()},
-                              value=d.model, width=CONTROL_WIDTH)
+    d = PARAMS()
+    gpu, model = gpu_select(d.gpu), model_select(d.model)
     context = pn.widgets.Select(label="Context per sequence",
                                 options={f"{c:,} tokens": c for c in CONTEXTS}, value=d.context_tokens,
                                 width=CONTROL_WIDTH)
@@ -81,8 +79,8 @@ def build() -> FigureView:
     numbers, note = readout(), readout(width=860)
 
     def update() -> None:
-        r = kv_budget(KVBudgetParams(model=model.value, gpu=gpu.value, context_tokens=context.value,
-                                     memory_utilisation=share.value, precision=Precision(kv_dtype=kv_dtype.value)))
+        r = COMPUTE(PARAMS(model=model.value, gpu=gpu.value, context_tokens=context.value,
+                           memory_utilisation=share.value, precision=Precision(kv_dtype=kv_dtype.value)))
         reserve = r.reserve_bytes if r.budget_bytes > 0 else 0.0
         edges = np.cumsum([0.0, r.weight_bytes, reserve, r.budget_bytes]) / GB   # stacked: weights, reserve, KV budget
         memory.data = {"part": ["weights", "reserve", "KV budget"], "left": edges[:3], "right": edges[1:],
@@ -90,9 +88,8 @@ def build() -> FigureView:
                        "label": [f"weights {r.weight_bytes / GB:,.1f} GB", "",
                                  f"KV budget {r.budget_bytes / GB:,.1f} GB" if r.budget_bytes > 0 else ""]}
         device.data = {"left": [0.0], "right": [r.device_bytes / GB]}
-        g = hardware.get(gpu.value)
-        p_mem.title.text = (f"GPU memory (outline): {r.device_bytes / GB:,.1f} GB = {g.memory_mib:,} MiB, "
-                            f"sold as {g.memory_label}")
+        p_mem.title.text = (f"GPU memory (outline): {r.device_bytes / GB:,.1f} GB = {r.memory_mib:,} MiB, "
+                            f"sold as {r.memory_label}")
         p_mem.x_range.end = max(r.device_bytes, r.weight_bytes) / GB * 1.02
         fits = r.max_sequences > 0
         keep = slice(None) if fits else slice(0)            # nothing to plot when no sequence fits
@@ -119,7 +116,7 @@ def build() -> FigureView:
             rows += [("decode", "impossible: the weights alone exceed the memory the engine may use")]
         numbers.object = rows_table(rows)
         note.object = provenance(
-            f"{models.get(model.value).display_name}, bf16 weights, {kv_dtype.value} KV cache in blocks of "
+            f"{r.model}, bf16 weights, {kv_dtype.value} KV cache in blocks of "
             f"{d.block_size} tokens. GPU memory as the driver reports it. KV budget = share x GPU memory "
             f"- weights - a reserve of {r.reserve_bytes / 2 ** 30:.0f} GiB (pale blue) for activations, workspaces "
             f"and CUDA graphs: an assumption standing in for the peak vLLM profiles. Each decode step reads the weights once and "

@@ -100,7 +100,7 @@ class BatchSweepParams:
 
     model: str = "llama-3.1-8b"
     gpu: str = "H100-SXM"
-    batch: int = 64                     # the batch the reader picked
+    batch: int = 1                      # the batch the reader picked (the figure opens at one user)
     context_tokens: int = 256           # tokens each user already holds in the KV cache
     max_batch: int = 1024               # right end of the batch grid
     grid_points: int = 48               # about this many log-spaced batch sizes (1, 2, 4, ... included)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.checks import check_choice
+from sim.checks import check_choice, checked_params
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,7 @@ SYMPTOMS: dict[str, Symptom] = {
 }
 
 
+@checked_params
 @dataclass(frozen=True)
 class ChecklistParams:
     symptom: str = "slow-first-token"    # a key of SYMPTOMS

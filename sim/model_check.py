@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.calibration import recorded_device, recorded_devices
-from sim.checks import check_choice
+from sim.checks import check_choice, checked_params
 
 # Op groups a reader picks from; every kernel kind of a trace belongs to one.
 OP_GROUPS = {"matmul": ("gemm", "big-gemm"), "attention": ("attention-decode", "attention-prefill"),
@@ -37,6 +37,7 @@ def device_choices() -> dict[str, str]:
     return {d.name: d.slug for d in devs}
 
 
+@checked_params
 @dataclass(frozen=True)
 class ModelCheckParams:
     """Which device's timings, and which kernels of it."""

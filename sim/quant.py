@@ -31,11 +31,12 @@ from typing import Optional
 
 import numpy as np
 
+from sim.batch import Precision
 from sim.checks import (check_choice, check_int, check_non_negative, check_number, check_positive, check_range,
                         checked_params)
+from sim.forward import decode_step
 from sim.hardware import resolve as resolve_gpu
 from sim.models import resolve as resolve_model
-from sim.roofline import Precision, decode_step
 
 
 @dataclass(frozen=True)
@@ -469,7 +470,7 @@ def _family(fmt: str) -> str:
 
 def deployment_precision(scheme: Optional[QuantScheme], gpu, mode: str = "weights", kv_dtype: str = "bf16",
                          hidden_size: int = 4096):
-    """The sim.roofline.Precision a deployment of `scheme` runs as on `gpu`, and the arithmetic it gets.
+    """The sim.batch.Precision a deployment of `scheme` runs as on `gpu`, and the arithmetic it gets.
 
     The blocks' linear weights are stored at bits_per_weight(scheme) (scales included;
     per-channel scales over `hidden_size` inputs); the embedding table and output head stay

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import widgets
-from tests.planned_figures import PLANNED, TEXT_SIMS, WIDGETS_WITHOUT_COMPUTE
+from tests.planned_figures import PLANNED, TEXT_SIMS
 
 
 def resolve(dotted: str):
@@ -21,15 +21,8 @@ def resolve(dotted: str):
     return getattr(importlib.import_module(mod), name)
 
 
-def _widget_call(fid: str) -> tuple[str, str]:
-    mod = widgets.module(fid)
-    if not hasattr(mod, "COMPUTE") and fid in WIDGETS_WITHOUT_COMPUTE:
-        return WIDGETS_WITHOUT_COMPUTE[fid]
-    return widgets.sim_call(fid)
-
-
 CALLS: dict[str, tuple[str, str]] = {
-    **{fid: _widget_call(fid) for fid in widgets.FIGURES}, **PLANNED, **TEXT_SIMS}
+    **{fid: widgets.sim_call(fid) for fid in widgets.FIGURES}, **PLANNED, **TEXT_SIMS}
 
 
 @dataclass(frozen=True)

@@ -7,22 +7,12 @@ COMPUTE, PARAMS). The lists here are for what has no such module, each entry
 - PLANNED: figures of chapters still being written; their sims and goldens exist, their
   widgets do not. An id must leave this list when its widget arrives (the test fails while
   a widget and an entry coexist), so the list shrinks to nothing.
-- WIDGETS_WITHOUT_COMPUTE: widgets that do not yet define COMPUTE and PARAMS; an entry must
-  go once its module names its call (the test fails when both exist).
 - TEXT_SIMS: sim calls whose default results a chapter's prose prints (no figure of their
   own); their goldens keep those numbers from moving unnoticed.
 """
 from __future__ import annotations
 
 PLANNED: dict[str, tuple[str, str]] = {}
-
-WIDGETS_WITHOUT_COMPUTE: dict[str, tuple[str, str]] = {
-    "ch00-decode-meter": ("sim.roofline.decode_meter", "sim.roofline.DecodeMeterParams"),
-    "ch02-phases": ("sim.roofline.phase_times", "sim.roofline.PhaseParams"),
-    "ch03-roofline": ("sim.roofline.roofline_chart", "sim.roofline.RooflineChartParams"),
-    "ch04-batch-knee": ("sim.roofline.sweep_batch", "sim.roofline.BatchSweepParams"),
-    "ch06-kv-budget": ("sim.kv.kv_budget", "sim.kv.KVBudgetParams"),
-}
 
 TEXT_SIMS: dict[str, tuple[str, str]] = {
     "ch01-sampler": ("sim.sampling.apply_sampling", "sim.sampling.SamplingParams"),        # ch01's sampling numbers

@@ -8,7 +8,7 @@ import panel as pn
 import pytest
 
 import widgets
-from sim.roofline import BatchSweepParams, sweep_batch
+from sim.batching import BatchSweepParams, sweep_batch
 from widgets.app import parse
 from widgets.state import apply_state, named_states, parse_value
 

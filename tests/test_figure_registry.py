@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
 import widgets
 from tests.figure_sims import CALLS, FIGURES, resolve
-from tests.planned_figures import PLANNED, TEXT_SIMS, WIDGETS_WITHOUT_COMPUTE
+from tests.planned_figures import PLANNED, TEXT_SIMS
 from tests.test_golden import GOLDEN, differences, snapshot
 
-NAMED = sorted(f for f in widgets.FIGURES if f not in WIDGETS_WITHOUT_COMPUTE)
+NAMED = sorted(widgets.FIGURES)
 
 
 def test_every_golden_file_has_a_widget_or_a_listed_sim_and_lists_do_not_overlap():
@@ -27,19 +29,11 @@ def test_every_golden_file_has_a_widget_or_a_listed_sim_and_lists_do_not_overlap
     assert sorted(set(PLANNED) & have) == [], "these have a widget now: remove them from PLANNED"
     assert sorted(set(TEXT_SIMS) & have) == [], "a text sim shares its id with a widget"
     assert sorted(set(PLANNED) & set(TEXT_SIMS)) == []
-    assert sorted(set(WIDGETS_WITHOUT_COMPUTE) - have) == [], "WIDGETS_WITHOUT_COMPUTE names no widget"
 
 
-@pytest.mark.parametrize("figure", sorted(WIDGETS_WITHOUT_COMPUTE))
-def test_interim_entries_go_once_the_widget_names_its_call(figure):
-    mod = widgets.module(figure)
-    assert not hasattr(mod, "COMPUTE") and not hasattr(mod, "PARAMS"), (
-        f"{mod.__name__} names its sim call now: remove {figure} from WIDGETS_WITHOUT_COMPUTE")
-
-
-@pytest.mark.parametrize("figure", sorted({**PLANNED, **TEXT_SIMS, **WIDGETS_WITHOUT_COMPUTE}))
+@pytest.mark.parametrize("figure", sorted({**PLANNED, **TEXT_SIMS}))
 def test_listed_names_resolve_to_a_sim_function_and_its_params(figure):
-    compute, params = {**PLANNED, **TEXT_SIMS, **WIDGETS_WITHOUT_COMPUTE}[figure]
+    compute, params = {**PLANNED, **TEXT_SIMS}[figure]
     assert compute.startswith("sim.") and params.startswith("sim.")
     assert callable(resolve(compute)) and dataclasses.is_dataclass(resolve(params))
 
@@ -56,13 +50,15 @@ def test_widget_declares_compute_and_frozen_params(figure):
                                                          f"{mod.PARAMS.__module__}.{mod.PARAMS.__name__}")
 
 
-def test_sim_call_names_a_missing_declaration():
+def test_sim_call_names_a_missing_declaration(monkeypatch):
     with pytest.raises(ValueError, match="unknown figure 'ch99-nothing'"):
         widgets.sim_call("ch99-nothing")
-    if WIDGETS_WITHOUT_COMPUTE:
-        fid = sorted(WIDGETS_WITHOUT_COMPUTE)[0]
-        with pytest.raises(ValueError, match="must define COMPUTE and PARAMS"):
-            widgets.sim_call(fid)
+    bare = types.ModuleType("widgets.ch99_bare")      # a figure module that forgot its sim call
+    bare.FIGURE_ID = "ch99-bare"
+    monkeypatch.setitem(sys.modules, bare.__name__, bare)
+    monkeypatch.setitem(widgets.FIGURES, bare.FIGURE_ID, bare.__name__)
+    with pytest.raises(ValueError, match="widgets.ch99_bare must define COMPUTE and PARAMS"):
+        widgets.sim_call("ch99-bare")
 
 
 @pytest.mark.parametrize("figure", NAMED)

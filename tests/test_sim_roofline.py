@@ -195,7 +195,7 @@ def test_batch_knee_matches_the_closed_form():
 
 
 def test_sweep_batch_shape_of_the_curves():
-    r = batching.sweep_batch(batching.BatchSweepParams(context_tokens=128), calibration=SPEC)
+    r = batching.sweep_batch(batching.BatchSweepParams(context_tokens=128, batch=64), calibration=SPEC)
     assert np.all(np.diff(r.step_time_s) > 0)
     assert np.all(np.diff(r.tokens_per_s_per_user) < 0)
     assert np.all(np.diff(r.tokens_per_s_total) > 0)

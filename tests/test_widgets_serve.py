@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from sim.roofline import BatchSweepParams, sweep_batch
+from sim.batching import BatchSweepParams, sweep_batch
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -11,7 +11,7 @@ every one of them exists in the built site.
 >>> r.title
 'Slow first token'
 >>> r.links[0][0].href
-'ch05-latency.html#fig-ch05-load'
+'ch05-latency.html?ch05-load.rate=40#fig-ch05-load'
 """
 from __future__ import annotations
 
@@ -22,15 +22,24 @@ from sim.checks import check_choice, checked_params
 
 @dataclass(frozen=True)
 class Link:
-    """A place in the guide: a page of the built site and, optionally, an anchor on it."""
+    """A place in the guide: a page of the built site and, optionally, an anchor on it; for a
+    figure, optionally the state its controls open at (the chapter page's address carries it
+    as "<figure id>.<control>=<value>", README "Sharing a figure")."""
 
     page: str                    # e.g. "ch05-latency.html"
     anchor: str | None           # e.g. "fig-ch05-latency" (a figure) or a section's id; None: the page
     label: str                   # what the reader sees, e.g. "ch05-latency"
+    state: tuple[tuple[str, object], ...] = ()   # (control key, value) pairs, for a figure's anchor only
 
     @property
     def href(self) -> str:
-        return self.page + (f"#{self.anchor}" if self.anchor else "")
+        query = "&".join(f"{self.anchor[4:]}.{k}={_url_value(v)}" for k, v in self.state)
+        return self.page + (f"?{query}" if query else "") + (f"#{self.anchor}" if self.anchor else "")
+
+
+def _url_value(v: object) -> str:
+    """A control value as the address writes it: true/false for yes/no, the number or option as is."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,9 @@ class Symptom:
     causes: tuple[Cause, ...]              # most likely first
 
 
-def _fig(figure_id: str, page: str) -> Link:
-    return Link(page, f"fig-{figure_id}", figure_id)
+def _fig(figure_id: str, page: str, **state: object) -> Link:
+    """A figure on its chapter page, opening at `state` (control key -> value) if given."""
+    return Link(page, f"fig-{figure_id}", figure_id, tuple(state.items()))
 
 
 def _sec(page: str, anchor: str, label: str) -> Link:
@@ -72,24 +82,24 @@ SYMPTOMS: dict[str, Symptom] = {
         (Cause("queueing", "Requests wait for a slot or behind other prompts' prefills.",
                "Queue time is most of the TTFT, and it grows with the arrival rate.",
                "Continuous batching, more replicas, or a lower load per GPU.",
-               (_fig("ch05-load", CH05), _fig("ch04-scheduler", CH04))),
+               (_fig("ch05-load", CH05, rate=40), _fig("ch04-scheduler", CH04))),
          Cause("long prompts", "The prompts themselves are long: prefill is compute-bound and its attention "
                                "part grows with the square of the prompt.",
                "Prefill time alone is large, and it tracks prompt length.",
                "Shorter prompts, prefix caching, or faster prefill (fp8, more GPUs).",
-               (_fig("ch05-latency", CH05), _fig("ch02-phases", CH02))),
+               (_fig("ch05-latency", CH05, preset="summarise"), _fig("ch02-phases", CH02, prompt=131072))),
          Cause("no prefix reuse", "A shared system prompt is prefilled again for every request.",
                "Prefix-cache hit rate near zero while prompts share a long beginning.",
                "Turn on prefix caching and keep the shared part first and identical.",
-               (_fig("ch07-paging", CH07),)),
+               (_fig("ch07-paging", CH07, caching=False),)),
          Cause("small chunks", "Chunked prefill with a small budget spreads a long prompt over many steps.",
                "TTFT of long prompts falls when the token budget is raised.",
                "A larger token budget, or separate prefill and decode GPUs.",
-               (_fig("ch04-scheduler", CH04),)),
+               (_fig("ch04-scheduler", CH04, long_prompt=True, chunked=True),)),
          Cause("unfused attention", "Attention writes the score matrix to memory at long prompts.",
                "Prefill time grows much faster than the prompt; a profile shows large attention kernels.",
                "A FlashAttention kernel.",
-               (_fig("ch08-flash", CH08),)))),
+               (_fig("ch08-flash", CH08, seq_len=131072),)))),
     "slow-streaming": Symptom(
         "Slow streaming with few users",
         (("TPOT", "time per output token of one request alone"),
@@ -111,7 +121,7 @@ SYMPTOMS: dict[str, Symptom] = {
          Cause("prefill stalls", "Other users' long prompts are prefilled in steps that leave decodes out.",
                "Occasional long gaps between tokens that coincide with new long prompts.",
                "Chunked prefill.",
-               (_fig("ch04-scheduler", CH04),)),
+               (_fig("ch04-scheduler", CH04, long_prompt=True),)),
          Cause("unsplit attention", "At long context and small batch the attention kernel does not spread "
                                     "the cache over all the SMs.",
                "Attention kernels dominate the profile and reach a small share of the bandwidth.",
@@ -138,7 +148,7 @@ SYMPTOMS: dict[str, Symptom] = {
                                 "longer add tokens per second.",
                "Step time grows in proportion to the batch.",
                "This is the GPU's limit: more GPUs, or fewer FLOPs per token (fp8, smaller model).",
-               (_fig("ch04-batch-knee", CH04), _fig("ch12-parallel", CH12))),
+               (_fig("ch04-batch-knee", CH04, batch=1024), _fig("ch12-parallel", CH12))),
          Cause("experts", "A mixture-of-experts model reads more experts as the batch grows.",
                "Weight bytes per step grow with the batch.",
                "Expert parallelism across GPUs; measure, since routing decides it.",
@@ -151,11 +161,12 @@ SYMPTOMS: dict[str, Symptom] = {
         (Cause("weights too big", "The weights alone do not fit beside a useful cache.",
                "Weights take most of the usable memory; the engine reports a tiny KV pool.",
                "Quantize the weights or split the model over GPUs.",
-               (_fig("ch06-kv-budget", CH06), _fig("ch10-quant", CH10), _fig("ch12-parallel", CH12))),
+               (_fig("ch06-kv-budget", CH06), _fig("ch10-quant", CH10),
+                _fig("ch12-parallel", CH12, model="llama-3.1-405b"))),
          Cause("context x batch", "The maximum context times the number of sequences exceeds the cache.",
                "Failures at start-up with a large max model length, or preemptions under load.",
                "Lower the maximum context or the maximum batch; fp8 KV.",
-               (_fig("ch06-kv-size", CH06),)),
+               (_fig("ch06-kv-size", CH06, model="llama-3.1-70b", context=131072),)),
          Cause("GB and GiB", "Sizes were planned in GB while the driver counts MiB: an '80 GB' card has "
                              "less than 80 GiB.",
                "Planned sizes add up to the card's label, not to what the driver reports.",

@@ -39,3 +39,24 @@ def test_figure_links_point_at_figures_on_their_own_chapter_page(site_dir):
         if link.anchor and link.anchor.startswith("fig-"):
             html = (site_dir / link.page).read_text()
             assert re.search(rf'<figure class="fig" id="{link.anchor}" data-figure="{link.anchor[4:]}"', html), link.href
+
+
+def test_figure_links_open_their_figure_in_a_state_it_accepts():
+    """A link that opens a figure in the state showing the cause names controls that figure
+    has, with values those controls take (checked as the notebook API checks them), and its
+    address carries them as the chapter page reads them: <figure id>.<key>=<value>."""
+    import widgets
+    from widgets.state import apply_state
+
+    with_state = [link for link in all_links() if link.state]
+    assert len(with_state) >= 8
+    for link in with_state:
+        assert link.anchor.startswith("fig-"), link.href
+        fid = link.anchor[4:]
+        view = apply_state(widgets.build(fid), **dict(link.state))
+        for key, value in link.state:
+            assert view.controls[key].value == value, link.href
+            shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            assert f"{fid}.{key}={shown}" in link.href.split("?")[1].split("#")[0].split("&"), link.href
+    plain = next(link for link in all_links() if not link.state and link.anchor)
+    assert "?" not in plain.href

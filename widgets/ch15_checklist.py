@@ -30,7 +30,7 @@ def _ys(n: int) -> list[float]:
 
 
 def _links(links) -> str:
-    return ", ".join(f'<a href="{link.href}">{html.escape(link.label)}</a>' for link in links)
+    return ", ".join(f'<a href="{html.escape(link.href)}">{html.escape(link.label)}</a>' for link in links)
 
 
 def build() -> FigureView:

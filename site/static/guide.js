@@ -10,6 +10,9 @@
 // A reader's changes to the preview's controls are carried into the live figure.
 // The worker was started by the inline script in <head> (window.__guide), so Python
 // loads while this file and BokehJS are still being parsed.
+// A link's control values (state.js) are shown by the live figure, not by the preview.
+
+import { applyLink, initSharing, linkPhrase, readLink } from "./state.js";
 
 const G = window.__guide;
 const T = (G.timing = G.timing || {});
@@ -32,8 +35,14 @@ for (const el of document.querySelectorAll("[data-figure]")) {
 
 function setState(fig, state, text) {
   fig.el.dataset.state = state;
-  if (text !== undefined) fig.status.textContent = text;
+  if (text === undefined) return;
+  const pending = state === "live" || state === "error" ? "" : linkPhrase(fig);
+  fig.status.textContent = pending ? `${text} ${pending}` : text;
 }
+
+readLink(FIGS);
+initSharing(FIGS);
+for (const fig of FIGS.values()) setState(fig, fig.el.dataset.state, fig.status.textContent);
 
 function showError(fig, message) {
   setState(fig, "error", "This figure could not run its Python; the preview above is static.");
@@ -111,7 +120,9 @@ function controlsOf(root) {
 }
 
 function carryOver(fig, liveRoot) {
-  // Whatever the reader set on the preview's controls, set again on the live ones.
+  // Whatever the reader set on the preview's controls, set again on the live ones;
+  // returns the classes of the controls carried.
+  const carried = new Set();
   const before = controlsOf(fig.staticRoot);
   const after = controlsOf(liveRoot);
   for (const [cls, old] of before) {
@@ -121,11 +132,13 @@ function carryOver(fig, liveRoot) {
       if (!(attr in old.properties) || attr === "value_throttled") continue;
       const a = JSON.stringify(old[attr]);
       if (a !== JSON.stringify(now[attr])) {
+        carried.add(cls);
         now[attr] = old[attr];
         if (attr === "value" && "value_throttled" in now.properties) now.value_throttled = old[attr];
       }
     }
   }
+  return carried;
 }
 
 // ------------------------------------------------------------------ live document
@@ -191,7 +204,9 @@ async function goLive(msg) {
   const liveRoots = new Map([...views[0].roots.values()].map((v) => [v.model.id, v.model]));
   for (const [id, fig] of targets) {
     fig.liveRoot = liveRoots.get(msg.roots[id]);
-    carryOver(fig, fig.liveRoot);             // sent to Python like any reader change
+    // sent to Python like any reader change: the preview's changes, then the link's values
+    // for the controls the reader left alone
+    fig.fromLink = applyLink(fig, fig.liveRoot, carryOver(fig, fig.liveRoot));
   }
   await nextPaint();
   for (const [id, fig, target] of targets) {
@@ -200,7 +215,7 @@ async function goLive(msg) {
     fig.preview.remove();
     target.classList.remove("fig-live");
     fig.live = true;
-    setState(fig, "live", "Live: Python is running in your browser.");
+    setState(fig, "live", "Live: Python is running in your browser." + (fig.fromLink ? " It opened at the link's settings." : ""));
     if (fig.bar) fig.bar.hidden = true;
     mark(`live:${id}`);
   }

@@ -229,11 +229,11 @@ export function figureLink(fig, { embed = false, chapter = null } = {}) {
 }
 
 function embedSize(fig) {
-  // The figure's laid-out size, plus the embed page's caption and status lines.
+  // The figure's laid-out size (the live figure's, else the preview's or poster's), plus
+  // the embed page's status line, title and link back to the guide.
   const frame = fig.el.querySelector(".fig-frame");
-  const share = fig.el.querySelector(".fig-share");
   const width = Math.ceil(Math.max(frame.scrollWidth, frame.getBoundingClientRect().width)) + 24;
-  const height = Math.ceil(fig.el.getBoundingClientRect().height - (share ? share.getBoundingClientRect().height : 0)) + 32;
+  const height = Math.ceil(Math.max(frame.scrollHeight, frame.getBoundingClientRect().height)) + 120;
   return [width, height];
 }
 

@@ -12,7 +12,7 @@
 // loads while this file and BokehJS are still being parsed.
 // A link's control values (state.js) are shown by the live figure, not by the preview.
 
-import { applyLink, initSharing, linkPhrase, readLink } from "./state.js";
+import { applyLink, initSharing, linkPhrase, readLink, statusBox } from "./state.js";
 
 const G = window.__guide;
 const T = (G.timing = G.timing || {});
@@ -46,14 +46,7 @@ for (const fig of FIGS.values()) setState(fig, fig.el.dataset.state, fig.status.
 
 function showError(fig, message) {
   setState(fig, "error", "This figure could not run its Python; the preview above is static.");
-  let box = fig.el.querySelector(".fig-error");
-  if (!box) {
-    box = document.createElement("pre");
-    box.className = "fig-error";
-    box.setAttribute("role", "alert");
-    fig.el.querySelector(".fig-status").after(box);
-  }
-  box.textContent = message;
+  statusBox(fig, "pre", "fig-error", "alert").textContent = message;
   if (fig.bar) fig.bar.hidden = true;
   console.error(`figure ${fig.el.dataset.figure}: ${message}`);
 }

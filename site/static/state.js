@@ -161,16 +161,21 @@ export function readLink(figs, search = location.search) {
   }
 }
 
-function showNotes(fig) {
-  if (!fig.notes.length) return;
-  let box = fig.el.querySelector(".fig-url-note");
+export function statusBox(fig, tag, className, role) {
+  // A message box under the figure's status line (made once), e.g. its error or notes.
+  let box = fig.el.querySelector(`.${className}`);
   if (!box) {
-    box = document.createElement("p");
-    box.className = "fig-url-note";
-    box.setAttribute("role", "note");
+    box = document.createElement(tag);
+    box.className = className;
+    box.setAttribute("role", role);
     fig.el.querySelector(".fig-status").after(box);
   }
-  box.textContent = `Ignored in this page's address: ${fig.notes.join("; ")}.`;
+  return box;
+}
+
+function showNotes(fig) {
+  if (!fig.notes.length) return;
+  statusBox(fig, "p", "fig-url-note", "note").textContent = `Ignored in this page's address: ${fig.notes.join("; ")}.`;
 }
 
 export function linkPhrase(fig) {

@@ -13,7 +13,7 @@ import pytest
 import widgets
 from builder.prerender import url_controls, url_token
 from tests.browser import attach, wait_states
-from tests.figures import COLLECT_JS, SET_JS, alternate_value, control_patch, cpython_state
+from tests.figures import COLLECT_JS, SET_JS, alternate_value, apply_change, control_patch, cpython_state
 from tests.test_site_browser import CHAPTERS, FIGURES, PAGES, wait_equal
 
 pytestmark = pytest.mark.browser
@@ -47,6 +47,27 @@ def changes_of(figure_id: str) -> list[tuple[str, object, str]]:
     spec = url_controls(view)
     return [(k, v, js_number(v) if spec[k]["kind"] == "number" else url_token(v))
             for k, w in view.controls.items() if (v := alternate_value(w)) is not None]
+
+
+def expected_link(figure_id: str, changes) -> list[tuple[str, str]]:
+    """The (key, value) pairs a link to the figure writes after `changes` (made in CPython):
+    each control off its default, and each that another control's change set (a preset
+    setting lengths), in the figure's order of controls."""
+    view = widgets.build(figure_id)
+    spec = url_controls(view)
+    set_by_figure = set()
+    for key, value, _ in changes:
+        before = {k: view.controls[k].value for k in spec}
+        apply_change(view, key, value)
+        set_by_figure |= {k for k in spec if k != key and view.controls[k].value != before[k]}
+    out = []
+    for k, s in spec.items():
+        v = view.controls[k].value
+        text = js_number(v) if s["kind"] == "number" else url_token(v)
+        default = js_number(s["default"]) if s["kind"] == "number" else url_token(s["default"])
+        if text != default or k in set_by_figure:
+            out.append((k, text))
+    return out
 
 
 def open_page(chromium, server, path, viewport=None):
@@ -85,16 +106,16 @@ def test_figure_state_round_trips_through_embed_code(chromium, server, figure_id
     page, log = open_page(chromium, server, f"figure-{figure_id}.html")
     try:
         assert wait_states(page, [figure_id], timeout_s=180) == {figure_id: "live"}
-        for key, value, _ in changes:
+        for i, (key, value, _) in enumerate(changes):   # one at a time, as a reader would
             page.evaluate(SET_JS, [figure_id, key, control_patch(figure_id, key, value)])
-        expected = cpython_state(figure_id, [(k, v) for k, v, _ in changes])
-        wait_equal(page, figure_id, expected)
+            expected = cpython_state(figure_id, [(k, v) for k, v, _ in changes[:i + 1]])
+            wait_equal(page, figure_id, expected)
         link = copied(page, figure_id, "link")
         code = copied(page, figure_id, "embed")
         assert log.errors() == [], log.errors()
     finally:
         page.close()
-    assert parse_qsl(urlsplit(link).query) == [(k, w) for k, _, w in changes]
+    assert parse_qsl(urlsplit(link).query) == expected_link(figure_id, changes)
     m = re.fullmatch(r'<iframe src="([^"]+)" width="(\d+)" height="(\d+)" title="[^"]*" style="border:0" loading="lazy"></iframe>', code)
     assert m, code
     src, width, height = unescape(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -119,7 +140,7 @@ def test_figure_state_round_trips_through_embed_code(chromium, server, figure_id
                                      " a.dispatchEvent(new Event('focus')); return a.href; }")
         parts = urlsplit(chapter_link)
         assert parts.path.endswith("/" + page_file) and parts.fragment == f"fig-{figure_id}"
-        assert parse_qsl(parts.query) == [(f"{figure_id}.{k}", w) for k, _, w in changes]
+        assert parse_qsl(parts.query) == [(f"{figure_id}.{k}", w) for k, w in expected_link(figure_id, changes)]
         # the size the embed code gave fits the live figure: nothing cut off sideways
         overflow = page.evaluate("document.scrollingElement.scrollWidth")
         assert overflow <= width, (figure_id, overflow, width)
@@ -173,7 +194,7 @@ def test_chapter_link_restores_state_and_refuses_hostile_values(chromium, server
                 assert json.dumps(key) in text or f"{key}=" in text, (fid, key, text)
             for key, _, _ in changes[fid]:
                 assert f"{key} is given 2 times; the last one is used" in text, (fid, key, text)
-            assert control_values(page, fid) == {k: w for k, _, w in changes[fid]}
+            assert control_values(page, fid) == dict(expected_link(fid, changes[fid]))
         assert page.evaluate("window.__pwned") is None
         page.wait_for_timeout(200)
         assert log.errors() == [], log.errors()

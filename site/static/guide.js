@@ -12,7 +12,7 @@
 // loads while this file and BokehJS are still being parsed.
 // A link's control values (state.js) are shown by the live figure, not by the preview.
 
-import { applyLink, initSharing, linkPhrase, readLink, statusBox } from "./state.js";
+import { applyLink, initSharing, linkPhrase, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
 
 const G = window.__guide;
 const T = (G.timing = G.timing || {});
@@ -145,7 +145,10 @@ let queue = [];
 function sendChange(event) {
   // Coalesce while Python is busy: keep only the newest change of each model attribute
   // (the same scheme as Panel's own worker handler).
-  if ((event.setter_id != null && event.setter_id === "py") || patching > 0) return;
+  if ((event.setter_id != null && event.setter_id === "py") || patching > 0) {
+    noteChangeFromPython(event);
+    return;
+  }
   if (busy && event.model && event.attr) {
     queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
     queue.push(event);
@@ -197,9 +200,8 @@ async function goLive(msg) {
   const liveRoots = new Map([...views[0].roots.values()].map((v) => [v.model.id, v.model]));
   for (const [id, fig] of targets) {
     fig.liveRoot = liveRoots.get(msg.roots[id]);
-    // sent to Python like any reader change: the preview's changes, then the link's values
-    // for the controls the reader left alone
-    fig.fromLink = applyLink(fig, fig.liveRoot, carryOver(fig, fig.liveRoot));
+    watchControls(fig, fig.liveRoot);
+    fig.carried = carryOver(fig, fig.liveRoot);   // sent to Python like any reader change
   }
   await nextPaint();
   for (const [id, fig, target] of targets) {
@@ -208,13 +210,26 @@ async function goLive(msg) {
     fig.preview.remove();
     target.classList.remove("fig-live");
     fig.live = true;
-    setState(fig, "live", "Live: Python is running in your browser." + (fig.fromLink ? " It opened at the link's settings." : ""));
+    setState(fig, "live", LIVE);
     if (fig.bar) fig.bar.hidden = true;
     mark(`live:${id}`);
   }
   // anything changed while the live document was being embedded
   if (queue.length) flushQueue();
+  // then the link's values, for the controls the reader left alone (not awaited: each
+  // waits for Python's "idle", a later message)
+  (async () => {
+    for (const [, fig] of targets) {
+      if (await applyLink(fig, fig.liveRoot, fig.carried, pythonIdle)) {
+        fig.status.textContent = `${LIVE} It opened at the link's settings.`;
+      }
+    }
+  })().catch((e) => console.warn(`a link's settings were not all applied: ${e}`));
 }
+
+const LIVE = "Live: Python is running in your browser.";
+let idleWaiters = [];
+const pythonIdle = () => (busy ? new Promise((r) => idleWaiters.push(r)) : Promise.resolve());
 
 function flushQueue() {
   if (queue.length && jsdoc) {
@@ -224,6 +239,9 @@ function flushQueue() {
     worker.postMessage({ type: "patch", patch });
   } else {
     busy = false;
+    const waiting = idleWaiters;
+    idleWaiters = [];
+    for (const resolve of waiting) resolve();
   }
 }
 

@@ -9,7 +9,7 @@
 // true/false for a checkbox. Values are checked against the control (its range, step and
 // options); what does not fit is ignored and said under the figure. A key given twice:
 // the last one wins. The static preview shows the defaults; the live figure opens at the
-// link's values.
+// link's values, set in the figure's order of controls.
 //
 // Each figure carries its controls' description (builder/prerender.py url_controls) in
 // <script class="fig-controls">.
@@ -185,21 +185,41 @@ export function linkPhrase(fig) {
   return `Opens at ${parts.join(", ")} once live.`;
 }
 
-export function applyLink(fig, liveRoot, skip = new Set()) {
+export async function applyLink(fig, liveRoot, skip, pythonIdle) {
   // The link's values onto the live figure's controls (not those the reader already moved
-  // on the preview); a value the live model refuses is noted and left at its default.
-  if (!fig.linked) return 0;
-  const spec = specOf(fig);
+  // on the preview), one at a time in the figure's order of controls, each once Python has
+  // handled the one before (a control may set others, as a preset sets lengths); a value
+  // the live model refuses is noted and left at its default. -> how many were set.
+  const linked = fig.linked || new Map();
+  fig.linked = new Map();
   let n = 0;
-  for (const [key, value] of fig.linked) {
-    if (skip.has(`ctl-${key}`)) continue;
-    const error = writeControl(liveRoot, key, spec.get(key), value);
-    if (error) fig.notes.push(`${key}=${show(written(value))}: ${error}; the default is kept`);
+  for (const [key, spec] of specOf(fig)) {
+    if (!linked.has(key) || skip.has(`ctl-${key}`)) continue;
+    await pythonIdle();
+    const error = writeControl(liveRoot, key, spec, linked.get(key));
+    if (error) fig.notes.push(`${key}=${show(written(linked.get(key)))}: ${error}; the default is kept`);
     else n += 1;
   }
+  await pythonIdle();
   showNotes(fig);
-  fig.linked = new Map();
   return n;
+}
+
+// Controls the figure's Python set itself (a preset setting lengths): a link writes them
+// even when they are back at their default, since the control that set them comes first.
+const CONTROL_MODELS = new Map();   // live model id -> [fig, key]
+
+export function watchControls(fig, liveRoot) {
+  fig.setByFigure = new Set();
+  for (const key of specOf(fig).keys()) {
+    const m = controlModel(liveRoot, key);
+    if (m) CONTROL_MODELS.set(m.id, [fig, key]);
+  }
+}
+
+export function noteChangeFromPython(event) {
+  const hit = event.model && ["value", "active"].includes(event.attr) && CONTROL_MODELS.get(event.model.id);
+  if (hit) hit[0].setByFigure.add(hit[1]);
 }
 
 // ------------------------------------------------------------------ writing links
@@ -215,7 +235,7 @@ function currentValues(fig) {
       const preview = readControl(fig.staticRoot, key, s);
       v = preview !== undefined && !same(s, preview, s.default) ? preview : fig.linked?.get(key);
     }
-    if (v !== undefined && !same(s, v, s.default)) out.set(key, v);
+    if (v !== undefined && (!same(s, v, s.default) || fig.setByFigure?.has(key))) out.set(key, v);
   }
   return out;
 }

@@ -19,6 +19,43 @@ class Prerendered:
     poster: str
     prerender: str          # JSON for <script type="application/json">, "</" escaped
     height: int
+    controls: str = "{}"    # its controls as links carry them (url_controls), JSON, "</" escaped
+
+
+def url_token(value) -> str:
+    """How a choice's value is written in a link: true/false for booleans, else str(value)
+    (the string Panel gives a Select's option values in the page)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def url_controls(view) -> dict[str, dict]:
+    """What the page needs to read and write a figure's controls in a link (static/state.js):
+    key -> {"kind": "number", start, end, step, integer} for sliders and steppers (checked
+    again against the live Bokeh model), {"kind": "bool"} for checkboxes and toggles,
+    {"kind": "choice", "tokens": [...]} for menus and button groups (one token per option,
+    in order), each with its default. Buttons hold no state and are left out."""
+    import panel as pn
+
+    out: dict[str, dict] = {}
+    for key, w in view.controls.items():
+        where = f"figure {view.figure_id}, control {key!r} ({type(w).__name__})"
+        if isinstance(w, pn.widgets.Button):
+            continue
+        if hasattr(w, "options"):
+            opts = list(w.options.values()) if isinstance(w.options, dict) else list(w.options)
+            tokens = [url_token(o) for o in opts]
+            if len(set(tokens)) != len(tokens):
+                raise BuildError(f"{where}: two options are written the same way in a link: {tokens}")
+            out[key] = {"kind": "choice", "tokens": tokens, "default": url_token(w.value)}
+        elif isinstance(w.value, bool):
+            out[key] = {"kind": "bool", "default": w.value}
+        elif isinstance(w.value, (int, float)) and hasattr(w, "start") and hasattr(w, "end"):
+            integer = isinstance(w.value, int)
+            out[key] = {"kind": "number", "default": w.value, "start": w.start, "end": w.end,
+                        "step": getattr(w, "step", None) or 1, "integer": integer}
+        else:
+            raise BuildError(f"{where}: no rule to write this control in a link (static/state.js)")
+    return out
 
 
 def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prerendered]:
@@ -51,6 +88,7 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
                 "root_id": root_id}
         text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # key order matters to BokehJS
         height = max([getattr(p, "height", 0) or 0 for p in view.plots] + [300]) + 60
-        out[fid] = Prerendered(fid, widgets.module(fid).TITLE, poster_html(view), text, height)
+        controls = json.dumps(url_controls(view), separators=(",", ":")).replace("</", "<\\/")
+        out[fid] = Prerendered(fid, widgets.module(fid).TITLE, poster_html(view), text, height, controls)
         log(f"widgets.{fid}", f"pre-rendered ({len(text) // 1024} KiB document)")
     return out

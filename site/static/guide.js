@@ -10,6 +10,9 @@
 // A reader's changes to the preview's controls are carried into the live figure.
 // The worker was started by the inline script in <head> (window.__guide), so Python
 // loads while this file and BokehJS are still being parsed.
+// A link's control values (state.js) are shown by the live figure, not by the preview.
+
+import { applyLink, initSharing, linkPhrase, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
 
 const G = window.__guide;
 const T = (G.timing = G.timing || {});
@@ -32,19 +35,18 @@ for (const el of document.querySelectorAll("[data-figure]")) {
 
 function setState(fig, state, text) {
   fig.el.dataset.state = state;
-  if (text !== undefined) fig.status.textContent = text;
+  if (text === undefined) return;
+  const pending = state === "live" || state === "error" ? "" : linkPhrase(fig);
+  fig.status.textContent = pending ? `${text} ${pending}` : text;
 }
+
+readLink(FIGS);
+initSharing(FIGS);
+for (const fig of FIGS.values()) setState(fig, fig.el.dataset.state, fig.status.textContent);
 
 function showError(fig, message) {
   setState(fig, "error", "This figure could not run its Python; the preview above is static.");
-  let box = fig.el.querySelector(".fig-error");
-  if (!box) {
-    box = document.createElement("pre");
-    box.className = "fig-error";
-    box.setAttribute("role", "alert");
-    fig.el.querySelector(".fig-status").after(box);
-  }
-  box.textContent = message;
+  statusBox(fig, "pre", "fig-error", "alert").textContent = message;
   if (fig.bar) fig.bar.hidden = true;
   console.error(`figure ${fig.el.dataset.figure}: ${message}`);
 }
@@ -111,7 +113,9 @@ function controlsOf(root) {
 }
 
 function carryOver(fig, liveRoot) {
-  // Whatever the reader set on the preview's controls, set again on the live ones.
+  // Whatever the reader set on the preview's controls, set again on the live ones;
+  // returns the classes of the controls carried.
+  const carried = new Set();
   const before = controlsOf(fig.staticRoot);
   const after = controlsOf(liveRoot);
   for (const [cls, old] of before) {
@@ -121,11 +125,13 @@ function carryOver(fig, liveRoot) {
       if (!(attr in old.properties) || attr === "value_throttled") continue;
       const a = JSON.stringify(old[attr]);
       if (a !== JSON.stringify(now[attr])) {
+        carried.add(cls);
         now[attr] = old[attr];
         if (attr === "value" && "value_throttled" in now.properties) now.value_throttled = old[attr];
       }
     }
   }
+  return carried;
 }
 
 // ------------------------------------------------------------------ live document
@@ -139,7 +145,10 @@ let queue = [];
 function sendChange(event) {
   // Coalesce while Python is busy: keep only the newest change of each model attribute
   // (the same scheme as Panel's own worker handler).
-  if ((event.setter_id != null && event.setter_id === "py") || patching > 0) return;
+  if ((event.setter_id != null && event.setter_id === "py") || patching > 0) {
+    noteChangeFromPython(event);
+    return;
+  }
   if (busy && event.model && event.attr) {
     queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
     queue.push(event);
@@ -191,7 +200,8 @@ async function goLive(msg) {
   const liveRoots = new Map([...views[0].roots.values()].map((v) => [v.model.id, v.model]));
   for (const [id, fig] of targets) {
     fig.liveRoot = liveRoots.get(msg.roots[id]);
-    carryOver(fig, fig.liveRoot);             // sent to Python like any reader change
+    watchControls(fig, fig.liveRoot);
+    fig.carried = carryOver(fig, fig.liveRoot);   // sent to Python like any reader change
   }
   await nextPaint();
   for (const [id, fig, target] of targets) {
@@ -200,13 +210,26 @@ async function goLive(msg) {
     fig.preview.remove();
     target.classList.remove("fig-live");
     fig.live = true;
-    setState(fig, "live", "Live: Python is running in your browser.");
+    setState(fig, "live", LIVE);
     if (fig.bar) fig.bar.hidden = true;
     mark(`live:${id}`);
   }
   // anything changed while the live document was being embedded
   if (queue.length) flushQueue();
+  // then the link's values, for the controls the reader left alone (not awaited: each
+  // waits for Python's "idle", a later message)
+  (async () => {
+    for (const [, fig] of targets) {
+      if (await applyLink(fig, fig.liveRoot, fig.carried, pythonIdle)) {
+        fig.status.textContent = `${LIVE} It opened at the link's settings.`;
+      }
+    }
+  })().catch((e) => console.warn(`a link's settings were not all applied: ${e}`));
 }
+
+const LIVE = "Live: Python is running in your browser.";
+let idleWaiters = [];
+const pythonIdle = () => (busy ? new Promise((r) => idleWaiters.push(r)) : Promise.resolve());
 
 function flushQueue() {
   if (queue.length && jsdoc) {
@@ -216,6 +239,9 @@ function flushQueue() {
     worker.postMessage({ type: "patch", patch });
   } else {
     busy = false;
+    const waiting = idleWaiters;
+    idleWaiters = [];
+    for (const resolve of waiting) resolve();
   }
 }
 

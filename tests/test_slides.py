@@ -3,7 +3,6 @@ three slides embedding figure pages of this site in chosen states."""
 from __future__ import annotations
 
 import io
-import re
 import tarfile
 
 import pytest
@@ -59,11 +58,15 @@ def test_tampered_reveal_tarball_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_deck_shows_its_three_figures_live(chromium, server, site_dir):
-    """Needs the figure pages' embed mode (figure-<id>.html?embed=1); skipped until the pages have it."""
-    page_code = (site_dir / "static/guide.js").read_text() + (site_dir / "figure-ch04-batch-knee.html").read_text()
-    if not re.search(r"""['"]embed['"]""", page_code):       # as in params.get("embed")
-        pytest.skip("the figure pages have no embed mode (?embed=1) yet")
+def test_deck_shows_its_three_figures_live_in_their_states(chromium, server, site_dir):
+    """Each slide's iframe (figure-<id>.html?embed=1&...) goes live at the state its address
+    names: what it shows equals the figure built in CPython with those controls set."""
+    import widgets
+    from widgets.state import apply_state, parse_value
+    from tests.figures import collect
+    from tests.test_site_browser import wait_equal
+    from bokeh.document import Document
+
     page = chromium.new_page()
     log = attach(page, server)
     try:
@@ -72,7 +75,13 @@ def test_deck_shows_its_three_figures_live(chromium, server, site_dir):
         for i, (fid, values) in enumerate(slides.embedded_figures((site_dir / "slides/index.html").read_text())):
             page.evaluate("(i) => Reveal.slide(i)", i)
             frame = next(f for f in page.frames if f"figure-{fid}.html" in f.url)
+            assert "embed=1" in frame.url
             assert wait_states(frame, [fid], ("live", "error"), timeout_s=180) == {fid: "live"}
+            view = widgets.build(fid)
+            root = view.layout.get_root(Document())
+            apply_state(view, **{k: parse_value(v) for k, v in values.items()})
+            assert values and collect(root, fid) != collect(widgets.build(fid).layout.get_root(Document()), fid)
+            wait_equal(frame, fid, collect(root, fid))
         assert log.errors() == [] and log.off_site() == []
     finally:
         page.close()

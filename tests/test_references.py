@@ -25,6 +25,12 @@ def test_every_reference_is_cited_somewhere():
     assert sorted(set(build.read_references()) - cited) == []
 
 
+def test_the_reading_list_sorts_every_source():
+    """Chapter 16 says it sorts every source the guide cites by what to read next."""
+    reading = next(keys for name, keys in cited_keys().items() if name.startswith("16-"))
+    assert sorted(set(build.read_references()) - reading) == []
+
+
 def test_references_have_text_and_a_web_address():
     for key, r in build.read_references().items():
         assert r["text"].strip() and r["url"].startswith("https://"), key

@@ -174,27 +174,6 @@ def test_verify_reports_a_changed_file(site_dir, tmp_path):
     assert any("pyodide.mjs: missing" in p for p in problems), problems
 
 
-def test_internal_links_resolve(site_dir):
-    """Every link between pages points to a page (and an anchor) that exists."""
-    import re
-    ids: dict[str, set[str]] = {}
-    pages = sorted(site_dir.glob("*.html"))
-    for p in pages:
-        ids[p.name] = set(re.findall(r'\sid="([^"]+)"', p.read_text()))
-    broken = []
-    for p in pages:
-        for href in re.findall(r'<a [^>]*href="([^"]+)"', p.read_text()):
-            if href.startswith(("http://", "https://", "mailto:")):
-                continue
-            target, _, anchor = href.partition("#")
-            target = target or p.name
-            if target not in ids:
-                broken.append(f"{p.name}: {href} (no such page)")
-            elif anchor and anchor not in ids[target]:
-                broken.append(f"{p.name}: {href} (no such anchor)")
-    assert broken == []
-
-
 def test_pages_load_nothing_from_other_hosts(site_dir):
     """No script, stylesheet, image or frame in any page is fetched from another host."""
     import re

@@ -105,14 +105,17 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
 
 def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
     """Move a control n times (the first slider of the page's figures, else the first
-    menu, cycling through its options); time each redraw."""
+    menu or button group, cycling through its options); time each redraw."""
     import panel as pn
 
     import widgets
     views = [(fid, widgets.build(fid)) for fid in figure_ids]
     sliders = [(fid, k, w) for fid, v in views for k, w in v.controls.items()
                if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
-    menus = [(fid, k, w) for fid, v in views for k, w in v.controls.items() if isinstance(w, pn.widgets.Select)]
+    menus = [(fid, k, w) for fid, v in views for k, w in v.controls.items()      # menus and button groups
+             if isinstance(w, (pn.widgets.Select, pn.widgets.RadioBoxGroup, pn.widgets.RadioButtonGroup))]
+    if not sliders and not menus:
+        raise ValueError(f"{figure_ids}: no slider, menu or button group to move")
     figure_id, key, widget = (sliders or menus)[0]
     if sliders:
         lo, hi = widget.start, widget.end

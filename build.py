@@ -14,6 +14,9 @@ The recipe, in the order `build_into` runs it (each step's module in brackets):
 2. build_guide_wheel    the guide's own code (sim/, widgets/: pyproject.toml [tool.guide])
    [builder.wheels]     as a wheel for the browser, and the merged pyodide-lock.json; then
                         every wheel about to ship must unzip and match the lock;
+   make_snapshot        Python with those wheels installed and everything the figures need
+   [builder.snapshot]   imported, as a Pyodide memory snapshot made in Node, which the
+                        pages' worker restores instead of booting (--no-snapshot: none);
 3. prerender_figures    every figure the chapters place (their figure() calls) built in
    [builder.prerender]  CPython: its Bokeh document embedded in the page and an SVG poster
                         of its default state (builder.posters) painted at once;
@@ -49,18 +52,24 @@ from builder.output import (fault_point, precompress, recover, sibling, signals_
                             verify_site, write_manifest)
 from builder.pages import read_chapters, read_references, render_pages, select_chapters, table_of_contents
 from builder.prerender import prerender_figures
-from builder.runtime import vendor_runtime
+from builder.runtime import PYODIDE_CORE_SHA256, vendor_runtime
 from builder.serve import serve_forever
 from builder.slides import build_slides
+from builder.snapshot import make_snapshot
 from builder.wheels import build_guide_wheel, check_shipped_wheels
 
 
-def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) -> None:
+def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None, snapshot: bool = True) -> None:
     """Steps 1-5 into `staging`."""
     with locked(common.CACHE, f"the download cache {common.CACHE}"):
         runtime = vendor_runtime(staging, pyodide_dir)
     build_guide_wheel(staging, runtime)
     check_shipped_wheels(staging)
+    if snapshot:
+        runtime.snapshot = make_snapshot(staging, PYODIDE_CORE_SHA256["pyodide.asm.wasm"])
+    else:
+        log("WARNING: --no-snapshot: no Pyodide memory snapshot; every page boots Python normally "
+            "(several seconds slower per page)")
     chapters = read_chapters()
     contents = table_of_contents(chapters)
     chapters = select_chapters(chapters, only)
@@ -72,7 +81,7 @@ def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None) 
     write_manifest(staging)
 
 
-def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = None) -> None:
+def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = None, snapshot: bool = True) -> None:
     """Run the whole recipe into a staging folder, then swap it in. Ctrl-C, SIGTERM or
     SIGHUP at any point leaves the previous site as it was and no staging folder behind."""
     t0 = time.perf_counter()
@@ -85,7 +94,7 @@ def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = N
         try:
             staging.mkdir()
             fault_point("started")
-            build_into(staging, pyodide_dir, only)
+            build_into(staging, pyodide_dir, only, snapshot)
             fault_point("staged")
             with locked(out.parent, f"{out}"):
                 swap_into_place(staging, out)
@@ -107,6 +116,8 @@ def main() -> int:
                     "in their default and named states and self-contained pages (builder.export)")
     ap.add_argument("--export-dir", type=Path, default=None, help="where --export writes (default _exports/)")
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
+    ap.add_argument("--no-snapshot", action="store_true", help="make no Pyodide memory snapshot (needs no "
+                    "Node.js; every page then boots Python and imports its packages, several seconds slower)")
     ap.add_argument("--chapters", type=lambda t: [int(x) for x in t.split(",")],
                     help="build only these chapter numbers, e.g. 3,4 (for working on a chapter)")
     args = ap.parse_args()
@@ -117,7 +128,7 @@ def main() -> int:
         return 1 if problems else 0
     if not args.no_build:
         try:
-            build(out, args.pyodide_dir, args.chapters)
+            build(out, args.pyodide_dir, args.chapters, snapshot=not args.no_snapshot)
         except BuildError as e:
             print(f"build failed: {e}\n(the previous site in {out} is unchanged)", file=sys.stderr)
             return 1

@@ -181,12 +181,13 @@ def render_body(env, c: Chapter, shared: dict, contents: tuple = ()) -> str:
     return body
 
 
-def worker_config() -> dict[str, str]:
+def worker_config(snapshot: dict | None = None) -> dict:
     """What the page's Python worker (static/worker.js) needs to know of the build's layout,
     written into every page with figures; the worker has no copy of its own. Paths are
-    relative to the site's root."""
+    relative to the site's root. `snapshot`: the memory snapshot's files and the runtime
+    build it was made by (builder.snapshot.make_snapshot), or None for the normal boot."""
     return {"pyodide": f"{PYO}/", "module": f"{PYO}/pyodide.mjs", "lock": f"{PYO}/{LOCK_FILE}",
-            "package": GUIDE_PACKAGE, "panel_cdn_root": PANEL_CDN_ROOT}
+            "package": GUIDE_PACKAGE, "panel_cdn_root": PANEL_CDN_ROOT, "snapshot": snapshot}
 
 
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
@@ -205,7 +206,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
               # loaded by guide.js after the first paint, in this order
               "bokeh_scripts": [f"{VENDOR}/bokeh/{js}.min.js" for js in BOKEH_JS]
               + [f"{PANEL_CDN_ROOT}{runtime.versions['panel']}/dist/panel.min.js"],
-              "worker_config": worker_config()}
+              "worker_config": worker_config(runtime.snapshot)}
     cited: dict[str, list[Chapter]] = {}
 
     def write(name: str, html_text: str) -> None:

@@ -83,6 +83,7 @@ class Runtime:
     lock_info: dict
     entries: dict[str, dict] = field(default_factory=dict)     # package name -> lock entry
     versions: dict[str, str] = field(default_factory=dict)     # bokeh, panel, pyodide
+    snapshot: dict | None = None     # the memory snapshot, as the pages name it (builder.snapshot)
 
 
 def fetch_pyodide_core(pyodide_dir: Path | None) -> dict[str, bytes]:

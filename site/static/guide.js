@@ -251,6 +251,7 @@ function onProgress(msg) {
   const span = { runtime: 0.1, packages: 0.7, figures: 0.15 }[msg.stage] ?? 0;
   const value = frac + (msg.total ? (span * msg.done) / msg.total : 0);
   mark(`stage:${msg.stage}:${msg.done}`, msg.t - performance.timeOrigin);
+  if (msg.boot) G.boot = msg.boot;   // how Python started: {path: "snapshot"|"normal", reason}
   for (const fig of FIGS.values()) {
     if (fig.live || fig.el.dataset.state === "error") continue;
     const count = msg.total ? ` ${msg.done}/${msg.total}` : "";

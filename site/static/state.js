@@ -15,7 +15,7 @@
 // <script class="fig-controls">.
 
 const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d{1,3})?$/;
-const RESERVED = ["embed"];
+const RESERVED = ["embed", "boot"];   // page options, not figure settings (boot=normal: no memory snapshot)
 
 const show = (raw) => {
   const s = JSON.stringify(String(raw));

@@ -6,7 +6,9 @@
 // Messages to the page: progress {stage, done, total}, render {docs_json, render_items,
 // roots, errors}, patch {patch, buffers}, idle, error {figure, message} (a callback
 // failed), fatal {message} (the runtime failed).
-// Messages from the page: start {figures, runtime}, rendered, patch {patch}.
+// Messages from the page: start {figures, runtime, boot}, rendered, patch {patch}.
+// `boot` "normal" skips the memory snapshot (boot below); the progress message that ends
+// the "runtime" stage says which path was taken: boot {path: "snapshot"|"normal", reason}.
 // `runtime` is where the build put things (the page carries it; builder/pages.py
 // worker_config): pyodide (folder), module, lock, package (the guide's wheel),
 // panel_cdn_root; its paths are relative to the site's root.
@@ -24,8 +26,25 @@ function sendPatch(patch, buffers) {
   post({ type: "patch", patch, buffers });
 }
 
-async function start(figures, runtime) {
-  progress("runtime", 0, 1);
+// ---- Booting Python: restore the build's memory snapshot (static/snapshot.js,
+// builder/snapshot.py), or boot and import normally. `bootMode` "normal" (the page's
+// ?boot=normal) skips the snapshot. Any failure of the snapshot (fetch, decompress, another
+// runtime build, restore) falls back to the normal boot; the path taken is reported.
+
+async function boot(runtime, bootMode) {
+  const snap = runtime.snapshot;
+  if (!snap) return { pyodide: await normalBoot(runtime), path: "normal", reason: "the build made no snapshot" };
+  if (bootMode === "normal") return { pyodide: await normalBoot(runtime), path: "normal", reason: "asked for (boot=normal)" };
+  try {
+    return { pyodide: await restoreSnapshot(runtime, snap), path: "snapshot", reason: snapshotSource };
+  } catch (e) {
+    const reason = String(e && e.message ? e.message : e);
+    console.warn(`memory snapshot not used (${reason}); booting Python normally`);
+    return { pyodide: await normalBoot(runtime), path: "normal", reason: `snapshot failed: ${reason}` };
+  }
+}
+
+async function normalBoot(runtime) {
   const pyodideModule = import(ROOT + runtime.module);
   // The guide's wheel depends on everything the figures import, so one call loads it all.
   // Its wheels are fetched (into the HTTP cache) while Pyodide boots, which is CPU-bound.
@@ -35,7 +54,7 @@ async function start(figures, runtime) {
     for (const file of files) fetch(ROOT + runtime.pyodide + file, { priority: "low" }).catch(() => {});
   }).catch(() => {});
   const { loadPyodide } = await pyodideModule;
-  pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false });
+  const pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false });
   const total = (await wheels).length;
   let loaded = 0;
   progress("packages", 0, total);
@@ -45,6 +64,154 @@ async function start(figures, runtime) {
     checkIntegrity: true,
   });
   if (loadErrors.length) throw new Error("could not load the figures' Python packages: " + loadErrors.join("; "));
+  return pyodide;
+}
+
+const STORAGE_TIMEOUT_MS = 3000;   // browser storage has been seen to hang: then do without it
+let snapshotSource = "";           // where the snapshot's bytes came from: "cache" or "network"
+let saveSnapshot = null;           // keeps the decompressed snapshot for the next page (after going live)
+
+// Settles with `promise`, or with `fallback` after `ms` (or if it fails).
+function within(ms, promise, fallback) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(fallback), ms);
+    Promise.resolve(promise).then((v) => { clearTimeout(timer); resolve(v); },
+                                  () => { clearTimeout(timer); resolve(fallback); });
+  });
+}
+
+async function* chunksOf(stream) {
+  const reader = stream.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      yield value;
+    }
+  } finally { reader.releaseLock(); }
+}
+
+// A response's bytes, gunzipped unless the host already decoded them (Content-Encoding).
+async function* gunzipped(response) {
+  const reader = response.body.getReader();
+  const first = await reader.read();
+  if (first.done) throw new Error(`${response.url}: empty`);
+  const rest = async function* () { for (;;) { const r = await reader.read(); if (r.done) return; yield r.value; } };
+  if (!(first.value[0] === 0x1f && first.value[1] === 0x8b)) {
+    yield first.value;
+    yield* rest();
+    return;
+  }
+  const gunzip = new DecompressionStream("gzip");
+  const writer = gunzip.writable.getWriter();
+  const pump = (async () => {
+    await writer.write(first.value);
+    for await (const c of rest()) await writer.write(c);
+    await writer.close();
+  })();
+  pump.catch((e) => writer.abort(e).catch(() => {}));
+  yield* chunksOf(gunzip.readable);
+  await pump;
+}
+
+async function fill(buf, chunks, what) {
+  let off = 0;
+  for await (const c of chunks) {
+    if (off + c.length > buf.length) throw new Error(`${what}: longer than the ${buf.length} bytes expected`);
+    buf.set(c, off);
+    off += c.length;
+  }
+  if (off !== buf.length) throw new Error(`${what}: ${off} of ${buf.length} bytes`);
+  return buf;
+}
+
+// The snapshot's two big files, decompressed into buffers of their known sizes: from Cache
+// Storage (a cache named by the snapshot's id, written after an earlier page went live),
+// else from the server (gzip, through the HTTP cache).
+async function snapshotFiles(snap) {
+  const cacheName = `guide-snapshot-${snap.id}`;
+  const wanted = [[snap.memory, snap.memory_size], [snap.files, snap.files_size]];
+  const cache = typeof caches === "undefined" ? null : await within(STORAGE_TIMEOUT_MS, caches.open(cacheName), null);
+  const hits = cache ? await within(STORAGE_TIMEOUT_MS, Promise.all(wanted.map(([u]) => cache.match(ROOT + u))), []) : [];
+  const buffers = wanted.map(([, size]) => new Uint8Array(size));
+  const fromCache = hits.length === 2 && hits.every(Boolean);
+  snapshotSource = fromCache ? "cache" : "network";
+  const done = wanted.map(async ([url], i) => {
+    if (fromCache) {
+      const read = await within(STORAGE_TIMEOUT_MS * 3, fill(buffers[i], chunksOf(hits[i].body), url), null);
+      if (read) return read;
+      caches.delete(cacheName).catch(() => {});     // the next page reads the server's copy
+      throw new Error(`the snapshot kept in Cache Storage did not read back (${url})`);
+    }
+    const r = await fetch(ROOT + url);
+    if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+    return fill(buffers[i], gunzipped(r), url);
+  });
+  if (!fromCache && cache) {
+    saveSnapshot = async () => {
+      const [memory, files] = await Promise.all(done);
+      for (const name of await caches.keys()) {          // an older build's snapshot
+        if (name.startsWith("guide-snapshot-") && name !== cacheName) await caches.delete(name);
+      }
+      await cache.put(ROOT + snap.memory, new Response(memory));
+      await cache.put(ROOT + snap.files, new Response(files));
+    };
+  }
+  return { memory: buffers[0], memoryDone: done[0], filesDone: done[1] };
+}
+
+async function restoreSnapshot(runtime, snap) {
+  const pyodideModule = import(ROOT + runtime.module);
+  const helpers = import("./snapshot.js");
+  const metaP = fetch(ROOT + snap.meta).then((r) => { if (!r.ok) throw new Error(`${snap.meta}: HTTP ${r.status}`); return r.json(); });
+  const { memory, memoryDone, filesDone } = await snapshotFiles(snap);
+  // failures surface where these are awaited; none is left unhandled meanwhile
+  for (const p of [metaP, memoryDone, filesDone]) p.catch(() => {});
+  const { loadPyodide, version } = await pyodideModule;
+  if (version !== snap.pyodide) throw new Error(`the snapshot is of Pyodide ${snap.pyodide}, the runtime is ${version}`);
+  const { deserializer, unpackFiles, writeFiles, replayDsos, snapshotBuildId } = await helpers;
+  // Pyodide creates the wasm runtime through this global (pyodide.asm.js); it is wrapped
+  // for this one boot so that the installed files and shared libraries are in place, and
+  // the snapshot's bytes are all there, before Pyodide copies the snapshot into memory.
+  // The runtime starts while the snapshot is still downloading.
+  await import(ROOT + runtime.pyodide + "pyodide.asm.js");
+  const create = globalThis._createPyodideModule;
+  if (typeof create !== "function") throw new Error("pyodide.asm.js defined no _createPyodideModule");
+  globalThis._createPyodideModule = async (settings) => {
+    const M = await create(settings);
+    const meta = await metaP;
+    if (meta.build_id !== snap.build_id) throw new Error("the snapshot's metadata is of another runtime build");
+    writeFiles(M, unpackFiles(await filesDone));
+    await replayDsos(M, meta);
+    await memoryDone;
+    if (snapshotBuildId(memory) !== snap.build_id) throw new Error("the snapshot is of another runtime build");
+    return M;
+  };
+  let restored;
+  try {
+    restored = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false,
+                                   _loadSnapshot: memory, _snapshotDeserializer: deserializer });
+  } finally {
+    globalThis._createPyodideModule = create;
+  }
+  Object.assign(restored.loadedPackages, (await metaP).loaded);
+  return restored;
+}
+
+// After the figures went live: keep the decompressed snapshot for the next page.
+function afterLive() {
+  const save = saveSnapshot;
+  saveSnapshot = null;
+  if (save) setTimeout(() => within(30000, save(), null).catch(() => {}), 500);
+}
+
+// ---- After boot: the page's figures.
+
+async function start(figures, runtime, bootMode) {
+  progress("runtime", 0, 1);
+  const booted = await boot(runtime, bootMode);
+  pyodide = booted.pyodide;
+  post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(), boot: { path: booted.path, reason: booted.reason } });
   progress("figures", 0, figures.length);
   pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
   pyodide.globals.set("FIGURE_IDS", pyodide.toPy(figures));
@@ -78,9 +245,10 @@ self.onmessage = async (event) => {
   const msg = event.data;
   try {
     if (msg.type === "start") {
-      await start(msg.figures, msg.runtime);
+      await start(msg.figures, msg.runtime, msg.boot);
     } else if (msg.type === "rendered") {
       session.link(sendPatch);
+      afterLive();
     } else if (msg.type === "patch") {
       try {
         const failure = session.apply_patch(msg.patch);

@@ -1,0 +1,172 @@
+"""Step 2b, the Pyodide memory snapshot under vendor/snapshot/: Python with the guide's
+wheels installed and numpy, Bokeh, Panel, sim, widgets and every figure module imported,
+so a page's worker restores it instead of booting Python, installing and importing
+(static/worker.js; the normal boot stays as its fallback).
+
+builder/snapshot.mjs makes it in Node from the build's own vendor/pyodide/ (the core, the
+wheels, the merged lock). The build ships three files, named by the sha256 of what they
+hold (a changed wheel, sim/ or widgets/ makes another name):
+
+  snapshot-<id>.bin.gz   the wasm memory (gzip; a static host serves it as it is and the
+                         worker decompresses it)
+  files-<id>.bin.gz      the installed files the restored Python still reads: data files,
+                         shared libraries and the modules not imported yet; the modules
+                         already in memory are not shipped again
+  snapshot-<id>.json     the shared libraries to replay, the function table's size, ...
+
+The page's runtime config (builder/pages.py worker_config) names them with the runtime
+build they belong to (Pyodide version, build id, sha256 of pyodide.asm.wasm), so the worker
+rejects a snapshot of another runtime. Making it is reproducible: builder/snapshot.mjs
+fixes the clock, the random source and the hash seed, installs one package at a time, and
+gzip writes no time stamp. The result is cached in .cache/snapshot/ by the sha256 of every
+input and re-verified on reuse.
+
+If Node is missing or fails, the build fails and says why: a site without the snapshot
+works (every page boots Python normally) but is several seconds slower per page, which
+must not happen silently. `build.py --no-snapshot` builds such a site on purpose.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from builder import common
+from builder.common import GUIDE_PACKAGE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, BuildError, locked, log, sha256_bytes
+
+SNAPSHOT_DIR = f"{VENDOR}/snapshot"
+SCRIPT = ROOT / "builder" / "snapshot.mjs"
+CONTRACT = common.SITE_SRC / "static" / "snapshot.js"     # shared by snapshot.mjs and the worker
+STEPS_VERSION = "1"        # bump when what snapshot.mjs or this module writes changes
+GZIP_LEVEL = 6             # -9 is 6x slower for 1% less
+NODE_TIMEOUT_S = 600
+
+
+def node() -> str:
+    return os.environ.get("GUIDE_NODE", "node")
+
+
+def node_version() -> str:
+    try:
+        return subprocess.run([node(), "--version"], capture_output=True, text=True, check=True,
+                              timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"cannot make the Pyodide memory snapshot: Node.js ({node()}) does not run: {e}. "
+                         f"Install Node.js >= 18, or build with --no-snapshot (pages then boot Python "
+                         f"normally, several seconds slower)") from None
+
+
+def inputs_digest(pyo: Path, node_ver: str) -> str:
+    """sha256 of everything the snapshot is made of: the runtime and every wheel (pyo),
+    the scripts that make it, Node's version and the settings."""
+    h = hashlib.sha256()
+    for part in (STEPS_VERSION, node_ver, GUIDE_PACKAGE, PANEL_CDN_ROOT):
+        h.update(part.encode() + b"\0")
+    for p in [SCRIPT, CONTRACT] + sorted(q for q in pyo.iterdir() if q.is_file() and q.suffix != ".gz"):
+        h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def content_id(memory: bytes, files: bytes, meta: bytes) -> str:
+    """The name of a snapshot: the sha256 of its memory, installed files and metadata."""
+    h = hashlib.sha256()
+    for part in (memory, files, meta):
+        h.update(len(part).to_bytes(8, "little") + hashlib.sha256(part).digest())
+    return h.hexdigest()[:20]
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """Deterministic gzip: no file name, no time stamp."""
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def run_node(pyo: Path, work: Path) -> None:
+    cmd = [node(), str(SCRIPT), str(pyo.resolve()), str(work), GUIDE_PACKAGE, PANEL_CDN_ROOT]
+    log("+ " + " ".join(cmd))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=NODE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"cannot make the Pyodide memory snapshot: {e}. Build with --no-snapshot to ship "
+                         f"pages that boot Python normally (several seconds slower)") from None
+    for line in r.stdout.splitlines():
+        log(line)
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        raise BuildError(f"builder/snapshot.mjs failed (exit {r.returncode}); the Pyodide memory snapshot "
+                         f"could not be made:\n{tail}\nFix it, or build with --no-snapshot to ship pages "
+                         f"that boot Python normally (several seconds slower)")
+
+
+def make_cached(pyo: Path) -> Path:
+    """The cache folder holding this input's snapshot (made now if it is not there or
+    does not verify): memory.gz, files.gz, meta.json, digest.json."""
+    node_ver = node_version()
+    key = inputs_digest(pyo, node_ver)
+    root = common.CACHE / "snapshot"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / key[:32]
+    with locked(root, "the snapshot cache"):
+        if folder.is_dir():
+            problem = cache_problem(folder)
+            if not problem:
+                log(f"snapshot cache {folder.name} (inputs unchanged)")
+                return folder
+            log(f"snapshot cache {folder.name}: {problem}; making it again")
+            shutil.rmtree(folder, ignore_errors=True)
+        for stale in root.glob(".making-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=".making-", dir=root))
+        try:
+            run_node(pyo, work / "raw")
+            memory = (work / "raw" / "snapshot.bin").read_bytes()
+            files = (work / "raw" / "files.bin").read_bytes()
+            meta = (work / "raw" / "meta.json").read_bytes()
+            digest = {"id": content_id(memory, files, meta), "memory_size": len(memory), "files_size": len(files)}
+            (work / "memory.gz").write_bytes(gzip_bytes(memory))
+            (work / "files.gz").write_bytes(gzip_bytes(files))
+            (work / "meta.json").write_bytes(meta)
+            shutil.rmtree(work / "raw")
+            for name in ("memory.gz", "files.gz", "meta.json"):
+                digest[name] = sha256_bytes((work / name).read_bytes())
+            (work / "digest.json").write_text(json.dumps(digest, indent=1, sort_keys=True) + "\n")
+            os.replace(work, folder)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    return folder
+
+
+def cache_problem(folder: Path) -> str | None:
+    try:
+        digest = json.loads((folder / "digest.json").read_text())
+        for name in ("memory.gz", "files.gz", "meta.json"):
+            if sha256_bytes((folder / name).read_bytes()) != digest[name]:
+                return f"{name} changed since it was made"
+    except (OSError, ValueError, KeyError) as e:
+        return f"unreadable ({e})"
+    return None
+
+
+def make_snapshot(out: Path, wasm_sha256: str) -> dict:
+    """Step 2b: the snapshot files into out/vendor/snapshot/; returns what the pages'
+    runtime config says of them (builder/pages.py worker_config)."""
+    folder = make_cached(out / PYO)
+    digest = json.loads((folder / "digest.json").read_text())
+    meta = json.loads((folder / "meta.json").read_text())
+    sid = digest["id"]
+    dst = out / SNAPSHOT_DIR
+    dst.mkdir(parents=True)
+    names = {"memory": f"snapshot-{sid}.bin.gz", "files": f"files-{sid}.bin.gz", "meta": f"snapshot-{sid}.json"}
+    shutil.copyfile(folder / "memory.gz", dst / names["memory"])
+    shutil.copyfile(folder / "files.gz", dst / names["files"])
+    shutil.copyfile(folder / "meta.json", dst / names["meta"])
+    for n in names.values():
+        log(f"snapshot {sid}", f"{SNAPSHOT_DIR}/{n}")
+    return {"id": sid, **{k: f"{SNAPSHOT_DIR}/{n}" for k, n in names.items()},
+            "memory_size": digest["memory_size"], "files_size": digest["files_size"],
+            "pyodide": meta["pyodide"], "build_id": meta["build_id"], "wasm_sha256": wasm_sha256}

@@ -1,0 +1,116 @@
+"""Browser tests of the memory snapshot (builder/snapshot.py, static/worker.js boot):
+
+- a page restored from the snapshot and the same page booted normally (?boot=normal) show
+  identical figures: every data source and readout at load and after each control move;
+- a snapshot that cannot be used (garbage instead of the file, or a page naming another
+  runtime build) falls back to the normal boot: every figure goes live, no error shown.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tests.browser import attach, wait_states
+from tests.figures import COLLECT_JS, SET_JS, close, control_patch, cpython_state
+from tests.test_site_browser import CHAPTERS, wait_equal
+from tests.test_site_state import changes_of
+
+pytestmark = pytest.mark.browser
+
+# A 2-figure and a 3-figure chapter, and a 1-figure one with other kinds of control.
+AB_PAGES = [c for c in CHAPTERS if c["file"] in ("ch04-batching.html", "ch09-speculative.html", "ch10-quantization.html")]
+BOOT_JS = "() => window.__guide.boot"
+
+
+def snapshot_config(site_dir) -> dict:
+    page = next(c["file"] for c in CHAPTERS if c["figures"])
+    m = re.search(r"runtime: (\{.*?\}) \};", (site_dir / page).read_text())
+    return json.loads(m.group(1))["snapshot"]
+
+
+def load(chromium, server, path, figures):
+    page = chromium.new_page()
+    log = attach(page, server)
+    page.goto(server + path)
+    states = wait_states(page, figures, timeout_s=180)
+    return page, log, states
+
+
+def state(page, figures) -> dict:
+    return {f: page.evaluate(COLLECT_JS, [f, "live"]) for f in figures}
+
+
+@pytest.mark.parametrize("chapter", AB_PAGES, ids=[c["file"] for c in AB_PAGES])
+def test_snapshot_and_normal_boot_show_identical_figures(chromium, server, site_dir, chapter):
+    assert snapshot_config(site_dir), "the build made no snapshot"
+    figures = chapter["figures"]
+    snap, snap_log, states = load(chromium, server, chapter["file"], figures)
+    normal = None
+    try:
+        assert states == {f: "live" for f in figures}
+        assert snap.evaluate(BOOT_JS)["path"] == "snapshot", snap.evaluate(BOOT_JS)
+        normal, normal_log, states = load(chromium, server, chapter["file"] + "?boot=normal", figures)
+        assert states == {f: "live" for f in figures}
+        assert normal.evaluate(BOOT_JS) == {"path": "normal", "reason": "asked for (boot=normal)"}
+        at_load = state(snap, figures)
+        assert at_load == state(normal, figures)
+        assert all(s["sources"] or s["readouts"] for s in at_load.values()), at_load
+        for fid in figures:
+            changes = changes_of(fid)
+            assert changes, f"{fid} has no control to move"
+            before = at_load[fid]
+            for i, (key, value, _) in enumerate(changes):
+                patch = control_patch(fid, key, value)
+                for page in (snap, normal):
+                    page.evaluate(SET_JS, [fid, key, patch])
+                expected = cpython_state(fid, [(k, v) for k, v, _ in changes[:i + 1]])
+                shown = wait_equal(snap, fid, expected)
+                assert wait_equal(normal, fid, expected) == shown, f"{fid}.{key}: the two boots differ"
+                assert close(shown, before), f"{fid}.{key}: moving it changed nothing"
+                before = shown
+        assert snap_log.errors() == [] and normal_log.errors() == [], snap_log.errors() + normal_log.errors()
+    finally:
+        snap.close()
+        if normal:
+            normal.close()
+
+
+def broken_copy(site_dir, tmp_path, how: str):
+    """A copy of the site whose snapshot cannot be used."""
+    copy = tmp_path / "site"
+    shutil.copytree(site_dir, copy)
+    snap = snapshot_config(site_dir)
+    if how == "garbage":
+        (copy / snap["memory"]).write_bytes(b"\x1f\x8b\x08 not really gzip " * 1000)
+    elif how == "other-build":
+        for page in copy.glob("*.html"):
+            page.write_text(page.read_text().replace(snap["build_id"], "0" * 64))
+            page.with_name(page.name + ".gz").unlink(missing_ok=True)    # served instead, if there
+    elif how == "missing-files":
+        (copy / snap["files"]).unlink()
+    return copy
+
+
+@pytest.mark.parametrize("how", ["garbage", "other-build", "missing-files"])
+def test_an_unusable_snapshot_falls_back_to_the_normal_boot(chromium, site_dir, tmp_path, how):
+    from builder.serve import serving
+
+    chapter = next(c for c in CHAPTERS if c["file"] == "ch04-batching.html")
+    copy = broken_copy(site_dir, tmp_path, how)
+    with serving(copy) as base:     # another port: another origin, with nothing stored yet
+        page, log, states = load(chromium, base, chapter["file"], chapter["figures"])
+        try:
+            assert states == {f: "live" for f in chapter["figures"]}
+            booted = page.evaluate(BOOT_JS)
+            assert booted["path"] == "normal" and booted["reason"].startswith("snapshot failed"), booted
+            assert log.errors() == [], log.errors()
+            shown = state(page, chapter["figures"])
+            for fid in chapter["figures"]:
+                assert close(shown[fid], cpython_state(fid)) == [], fid
+            warned = [t for _, t in log.console if "memory snapshot not used" in t]
+            assert warned, log.console
+        finally:
+            page.close()

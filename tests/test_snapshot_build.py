@@ -1,0 +1,107 @@
+"""The memory snapshot the build makes (builder/snapshot.py, builder/snapshot.mjs): shipped
+and listed like any file, named by its content, made again when an input changes, the same
+bytes from the same inputs, and a clear error when it cannot be made."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from builder import common, pages, snapshot
+from builder.common import BuildError
+from builder.runtime import PYODIDE_CORE_SHA256, PYODIDE_VERSION
+
+
+def config(site_dir) -> dict:
+    page = next(p for p in sorted(site_dir.glob("ch*.html")) if "runtime: " in p.read_text())
+    return json.loads(re.search(r"runtime: (\{.*?\}) \};", page.read_text()).group(1))["snapshot"]
+
+
+def test_snapshot_is_shipped_named_by_its_content(site_dir):
+    snap = config(site_dir)
+    manifest = json.loads((site_dir / "MANIFEST.json").read_text())["files"]
+    for key in ("memory", "files", "meta"):
+        assert snap[key] in manifest, f"{snap[key]} is not in MANIFEST.json"
+        assert snap["id"] in snap[key]
+    memory = gzip.decompress((site_dir / snap["memory"]).read_bytes())
+    files = gzip.decompress((site_dir / snap["files"]).read_bytes())
+    meta = (site_dir / snap["meta"]).read_bytes()
+    assert snapshot.content_id(memory, files, meta) == snap["id"]
+    assert (len(memory), len(files)) == (snap["memory_size"], snap["files_size"])
+    # the runtime build it belongs to, for the worker to reject another's
+    m = json.loads(meta)
+    asm = (site_dir / common.PYO / "pyodide.mjs").read_text()
+    assert snap["build_id"] == m["build_id"] and f'BUILD_ID:"{m["build_id"]}"' in asm
+    assert snap["pyodide"] == m["pyodide"] == PYODIDE_VERSION
+    assert snap["wasm_sha256"] == PYODIDE_CORE_SHA256["pyodide.asm.wasm"]
+    # Pyodide's snapshot header: magic, then the same build id
+    assert memory[:4] == (1886286592).to_bytes(4, "little")
+    assert b"".join(int(m["build_id"][i:i + 8], 16).to_bytes(4, "little") for i in range(0, 64, 8)) == memory[16:48]
+    # every page that starts the worker names this snapshot
+    assert pages.worker_config(snap)["snapshot"] == snap
+    # numpy's shared libraries are replayed from the shipped files
+    index_len = int.from_bytes(files[8:12], "little")
+    shipped = {p for p, _ in json.loads(files[12:12 + index_len])}
+    assert files[:8] == b"GUIDEFS1"
+    assert m["dsos"] and all(d["name"] in shipped for d in m["dsos"])
+    # modules already imported are not shipped twice; those not imported are
+    assert m["files_in_memory"] > 100
+    assert not any(p.endswith("/numpy/__init__.pyc") or p.endswith("/panel/__init__.pyc") for p in shipped)
+    assert any(p.endswith("/panel/template/__init__.pyc") for p in shipped)   # imported on first use
+
+
+def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path):
+    pyo = tmp_path / "pyodide"
+    shutil.copytree(site_dir / common.PYO, pyo)
+    base = snapshot.inputs_digest(pyo, "v20")
+    assert snapshot.inputs_digest(pyo, "v20") == base
+    assert snapshot.inputs_digest(pyo, "v22") != base
+    wheel = next(pyo.glob(f"{common.GUIDE_DIST}-*.whl"))        # sim/ and widgets/ are in it
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+    assert snapshot.inputs_digest(pyo, "v20") != base
+    (pyo / "pyodide.asm.wasm.gz").write_bytes(b"not an input")    # compressed copies are not inputs
+    changed = snapshot.inputs_digest(pyo, "v20")
+    (pyo / "pyodide.asm.wasm.gz").unlink()
+    assert snapshot.inputs_digest(pyo, "v20") == changed
+    a = snapshot.content_id(b"memory", b"files", b"meta")
+    assert a != snapshot.content_id(b"memory", b"files", b"meta2")
+    assert a != snapshot.content_id(b"memoryf", b"iles", b"meta")     # boundaries count
+    assert snapshot.gzip_bytes(b"x" * 1000) == snapshot.gzip_bytes(b"x" * 1000)
+    assert snapshot.gzip_bytes(b"x")[4:8] == b"\0\0\0\0"            # no time stamp
+
+
+def test_snapshot_is_reproducible(site_dir, tmp_path):
+    """Two runs of builder/snapshot.mjs write the same bytes (clock, randomness and hash
+    seed fixed; packages installed one at a time)."""
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        r = subprocess.run([snapshot.node(), str(snapshot.SCRIPT), str(site_dir / common.PYO), str(out),
+                            common.GUIDE_PACKAGE, common.PANEL_CDN_ROOT], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("snapshot.bin", "files.bin", "meta.json"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs between two runs"
+    # and it is what the build shipped
+    snap = config(site_dir)
+    assert snapshot.content_id(*((outs[0] / n).read_bytes() for n in ("snapshot.bin", "files.bin", "meta.json"))) == snap["id"]
+
+
+def test_no_node_is_a_clear_build_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("GUIDE_NODE", str(tmp_path / "no-such-node"))
+    with pytest.raises(BuildError, match="--no-snapshot"):
+        snapshot.make_snapshot(tmp_path, "0" * 64)
+
+
+def test_a_failing_snapshot_script_is_a_clear_build_error(tmp_path, monkeypatch):
+    """The build stops with Node's own error and says how to build without a snapshot."""
+    pyo = tmp_path / "site" / common.PYO
+    pyo.mkdir(parents=True)
+    (pyo / "pyodide.mjs").write_text("throw new Error('this runtime is broken');\n")
+    monkeypatch.setattr(common, "CACHE", tmp_path / "cache")
+    with pytest.raises(BuildError) as e:
+        snapshot.make_snapshot(tmp_path / "site", "0" * 64)
+    assert "this runtime is broken" in str(e.value) and "--no-snapshot" in str(e.value)
+    assert not list((tmp_path / "cache" / "snapshot").glob(".making-*")), "a partial snapshot was left in the cache"

@@ -2,17 +2,27 @@
 """Benchmark the chapter pages in headless Chromium and print the figures.
 
     ./dev bench                                   # every chapter page with figures
-    ./dev bench --pages ch04-batching.html --runs 5
-    ./dev bench --proof ../shared/runtime-proof   # also the reference proof, same run
+    ./dev bench --pages ch04-batching.html ch09-speculative.html --runs 3
+    ./dev bench --proof ../shared/runtime-proof   # also that reference proof, same run
 
-For each page, over several runs (median and min-max), on a fresh browser profile
-("cold") and then on a profile that has visited the page before ("warm"):
-- poster painted: the build-time poster of the first figure painted (ms after navigation);
-- preview painted: the pre-rendered Bokeh document painted (BokehJS parsed);
-- live: every figure of the page live (Python loaded, figures built and swapped in);
-- redraw: a control moved 20 times; time until the figure's data changed (data) and
-  until the next frame after it was painted (painted), p50 and p95;
-- bytes: what the server sent for the page load (compressed as served), and requests.
+Three ways to start Python, measured alternately in one run (the order flips every run),
+so that a shared machine's drift hits them alike:
+- snapshot: the page as built (its worker restores the build's memory snapshot);
+- normal: the page with ?boot=normal (boot Pyodide, install the wheels, import);
+- bare: a page the bench serves itself from the site's vendored runtime that only boots
+  Pyodide and imports numpy (the floor any loader stands on).
+For each page and way, over several runs (median and min-max): "cold" on a fresh browser
+profile (first visit), "warm" on that profile after the first visit (a new browser on the
+same profile: HTTP cache, and Cache Storage, where the worker keeps the decompressed
+snapshot once a page went live; the bench waits for it to be written, as a reader reading
+the page would):
+- live: every figure of the page live (Python started, figures built and swapped in);
+- poster / preview painted: the build-time poster, the pre-rendered Bokeh document (cold);
+- redraw: a control moved 20 times; time until the figure's data changed (data) and until
+  the next frame after it was painted (painted), p50 and p95 (cold runs);
+- bytes: what the server sent on the first visit (compressed as served), and for the next
+  chapter's page on the profile that has visited this one (first run only).
+Each run also checks the way it asked for was taken (window.__guide.boot).
 It is a benchmark, not a test: it prints numbers and exits 0 unless a page fails.
 """
 from __future__ import annotations
@@ -76,18 +86,20 @@ def summary(xs: list[float], unit: str = "", scale: float = 1.0, digits: int = 2
     return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
 
 
-def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: dict, moves: int) -> dict:
+def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: dict, moves: int,
+              query: str = "") -> dict:
     counters.clear()
     page = ctx.new_page()
     log = attach(page, base)
     t0 = time.perf_counter()
-    page.goto(base + page_file)
+    page.goto(base + page_file + query)
     states = wait_states(page, figure_ids, timeout_s=240)
     wall = time.perf_counter() - t0
     timing = page.evaluate("window.__guide.timing")
     res = {
         "states": states,
         "wall_s": wall,
+        "boot": page.evaluate("window.__guide.boot || null"),
         "poster_ms": timing.get(f"poster:{figure_ids[0]}"),
         "preview_ms": timing.get(f"preview:{figure_ids[0]}"),
         "live_ms": max(timing.get(f"live:{f}", 0) for f in figure_ids),
@@ -99,8 +111,26 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
     }
     if moves:
         res["moves"] = move_controls(page, figure_ids, moves)
+    res["stored_s"] = wait_snapshot_stored(page) if res["boot"] and res["boot"].get("path") == "snapshot" else None
     page.close()
     return res
+
+
+STORED_JS = """async () => {
+  const id = window.__guide.runtime.snapshot && window.__guide.runtime.snapshot.id;
+  if (!id || !(await caches.has(`guide-snapshot-${id}`))) return false;
+  return (await (await caches.open(`guide-snapshot-${id}`)).keys()).length === 2;
+}"""
+
+
+def wait_snapshot_stored(page, timeout_s: float = 30) -> float | None:
+    """Seconds until the worker has kept the snapshot in Cache Storage (None: not within timeout_s)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if page.evaluate(STORED_JS):
+            return time.perf_counter() - t0
+        page.wait_for_timeout(100)
+    return None
 
 
 def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
@@ -136,56 +166,126 @@ def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
     return out
 
 
-def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, warm_runs: int, moves: int) -> list[dict]:
+WAYS = {"snapshot": "", "normal": "?boot=normal"}
+
+BARE_HTML = """<!doctype html><meta charset="utf-8"><title>bare Pyodide + numpy</title>
+<p id="status">loading</p>
+<script>
+window.__timing = {};
+const w = new Worker("bare-worker.js", { type: "module" });
+w.onmessage = (e) => { window.__timing.ready = performance.now(); document.getElementById("status").textContent = e.data; };
+</script>
+"""
+BARE_WORKER = """import { loadPyodide } from "./%(module)s";
+const py = await loadPyodide({ indexURL: new URL("./%(pyodide)s", import.meta.url).href,
+                               lockFileURL: new URL("./%(lock)s", import.meta.url).href, fullStdLib: false });
+await py.loadPackage(["numpy"]);
+py.runPython("import numpy; numpy.arange(10).sum()");
+postMessage("ready");
+"""
+
+
+def bare_site(site: Path, work: Path) -> Path:
+    """A folder serving the bare boot page next to the site's own vendor/ (a link)."""
+    from builder import pages as builder_pages
+
+    cfg = builder_pages.worker_config()
+    root = work / "bare"
+    root.mkdir()
+    (root / "vendor").symlink_to((site / "vendor").resolve(), target_is_directory=True)
+    (root / "bare.html").write_text(BARE_HTML)
+    (root / "bare-worker.js").write_text(BARE_WORKER % cfg)
+    return root
+
+
+def bare_once(ctx, base: str, counters: dict) -> dict:
+    counters.clear()
+    page = ctx.new_page()
+    page.goto(base + "bare.html")
+    page.wait_for_function("document.getElementById('status').textContent === 'ready'", timeout=240000, polling=50)
+    res = {"live_ms": page.evaluate("window.__timing.ready"), "bytes": sum(v[1] for v in counters.values())}
+    page.close()
+    return res
+
+
+def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves: int) -> list[dict]:
+    """Every page, every way, cold then warm, alternating the order of the ways each run."""
     from playwright.sync_api import sync_playwright
 
     results = []
     counters: dict = {}
-    with serving(site, counters=counters) as base, sync_playwright() as p:
-        for page_file, figure_ids in pages:
-            cold, warm = [], []
-            for i in range(runs):
-                with chromium_context(p) as ctx:
-                    cold.append(load_once(ctx, base, page_file, figure_ids, counters, moves))
-                print(f"  {page_file} cold {i + 1}: live at {cold[-1]['live_ms'] / 1e3:.2f} s", flush=True)
-            profile = Path(tempfile.mkdtemp(prefix="guide-bench-"))
-            try:
-                with chromium_context(p, profile) as ctx:        # the first visit fills the cache
-                    load_once(ctx, base, page_file, figure_ids, counters, 0)
-                for i in range(warm_runs):
-                    with chromium_context(p, profile) as ctx:
-                        warm.append(load_once(ctx, base, page_file, figure_ids, counters, 0))
-                    print(f"  {page_file} warm {i + 1}: live at {warm[-1]['live_ms'] / 1e3:.2f} s", flush=True)
-            finally:
-                shutil.rmtree(profile, ignore_errors=True)
-            results.append({"page": page_file, "figures": figure_ids, "cold": cold, "warm": warm})
+    work = Path(tempfile.mkdtemp(prefix="guide-bench-"))
+    all_pages = {c.file: c.figures for c in read_chapters() if c.figures}
+    try:
+        bare_root = bare_site(site, work)
+        with serving(site, counters=counters) as base, serving(bare_root, counters=counters) as bare_base, \
+                sync_playwright() as p:
+            for page_file, figure_ids in pages:
+                order = list(all_pages)                   # the next chapter with figures, in reading order
+                nxt = order[(order.index(page_file) + 1) % len(order)]
+                row = {"page": page_file, "figures": figure_ids, "next": nxt,
+                       **{w: {"cold": [], "warm": [], "next": []} for w in [*WAYS, "bare"]}}
+                for i in range(runs):
+                    ways = [*WAYS, "bare"]
+                    for way in (ways if i % 2 == 0 else ways[::-1]):
+                        profile = work / f"profile-{way}-{i}"
+                        with chromium_context(p, profile) as ctx:
+                            if way == "bare":
+                                row[way]["cold"].append(bare_once(ctx, bare_base, counters))
+                            else:
+                                row[way]["cold"].append(load_once(ctx, base, page_file, figure_ids, counters, moves,
+                                                                  WAYS[way]))
+                        with chromium_context(p, profile) as ctx:
+                            if way == "bare":
+                                row[way]["warm"].append(bare_once(ctx, bare_base, counters))
+                            else:
+                                row[way]["warm"].append(load_once(ctx, base, page_file, figure_ids, counters, 0,
+                                                                  WAYS[way]))
+                                if i == 0:
+                                    row[way]["next"].append(load_once(ctx, base, nxt, all_pages[nxt], counters, 0,
+                                                                      WAYS[way]))
+                        shutil.rmtree(profile, ignore_errors=True)
+                        c, w = row[way]["cold"][-1], row[way]["warm"][-1]
+                        took = (c.get("boot") or {}).get("path", "-") if way != "bare" else "-"
+                        print(f"  {page_file} run {i + 1} {way:8s} cold {c['live_ms'] / 1e3:.2f} s  "
+                              f"warm {w['live_ms'] / 1e3:.2f} s  (booted: {took})", flush=True)
+                results.append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return results
 
 
 def report(results: list[dict]) -> bool:
+    """The markdown table (seconds to every figure live, medians (min-max)), then any failure."""
     ok = True
-    print("\n| page | cache | runs | poster painted s | preview painted s | live s | redraw data ms p50/p95 | "
-          "redraw painted ms p50/p95 | MB sent | requests |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| page | figures | snapshot cold s | normal cold s | bare cold s | snapshot warm s | normal warm s | "
+          "bare warm s | first visit MB snapshot / normal | next chapter MB snapshot / normal | "
+          "redraw data ms p50/p95 | poster s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    live = lambda rs: summary([x["live_ms"] for x in rs], "", 1e-3)   # noqa: E731
+    mb = lambda rs: summary([x["bytes"] for x in rs], "", 1e-6, 2) if rs else "-"   # noqa: E731
     for r in results:
-        for kind in ("cold", "warm"):
-            rs = r[kind]
-            if not rs:
-                continue
-            moves = [m for x in rs for m in x.get("moves", []) if not m.get("timeout")]
-            data = [m["data_ms"] for m in moves]
-            paint = [m["paint_ms"] for m in moves]
-            redraw = f"{pct(data, .5):.0f} / {pct(data, .95):.0f}" if data else "-"
-            redraw_p = f"{pct(paint, .5):.0f} / {pct(paint, .95):.0f}" if paint else "-"
-            print(f"| {r['page']} | {kind} | {len(rs)} | {summary([x['poster_ms'] for x in rs], '', 1e-3)} | "
-                  f"{summary([x['preview_ms'] for x in rs], '', 1e-3)} | {summary([x['live_ms'] for x in rs], '', 1e-3)} | "
-                  f"{redraw} | {redraw_p} | {summary([x['bytes'] for x in rs], '', 1e-6, 1)} | "
-                  f"{summary([x['requests'] for x in rs], '', 1, 0)} |")
-            for x in rs:
+        moves = [m for x in r["snapshot"]["cold"] for m in x.get("moves", []) if not m.get("timeout")]
+        data = [m["data_ms"] for m in moves]
+        redraw = f"{pct(data, .5):.0f} / {pct(data, .95):.0f}" if data else "-"
+        print(f"| {r['page']} | {len(r['figures'])} | {live(r['snapshot']['cold'])} | {live(r['normal']['cold'])} | "
+              f"{live(r['bare']['cold'])} | {live(r['snapshot']['warm'])} | {live(r['normal']['warm'])} | "
+              f"{live(r['bare']['warm'])} | {mb(r['snapshot']['cold'])} / {mb(r['normal']['cold'])} | "
+              f"{mb(r['snapshot']['next'])} / {mb(r['normal']['next'])} (to {r['next']}) | {redraw} | "
+              f"{summary([x['poster_ms'] for x in r['snapshot']['cold']], '', 1e-3)} |")
+        for way, want in (("snapshot", "snapshot"), ("normal", "normal")):
+            for x in r[way]["cold"] + r[way]["warm"] + r[way]["next"]:
                 bad = {f: s for f, s in x["states"].items() if s != "live"}
-                if bad or x["errors"] or x["off_site"] or any(m.get("timeout") for m in x.get("moves", [])):
+                took = (x.get("boot") or {}).get("path")
+                if bad or x["errors"] or x["off_site"] or took != want or \
+                        any(m.get("timeout") for m in x.get("moves", [])):
                     ok = False
-                    print(f"  FAILED run: states {bad}, errors {x['errors'][:3]}, off-site {x['off_site'][:3]}")
+                    print(f"  FAILED {way} run: states {bad}, booted {x.get('boot')}, errors {x['errors'][:3]}, "
+                          f"off-site {x['off_site'][:3]}")
+            stored = [x["stored_s"] for x in r[way]["cold"] if way == "snapshot"]
+            if any(s is None for s in stored):
+                print(f"  note: {r['page']}: the snapshot was not kept in Cache Storage within 30 s in "
+                      f"{stored.count(None)} of {len(stored)} cold runs")
     return ok
 
 
@@ -240,8 +340,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--site", type=Path, default=ROOT / "_site")
     ap.add_argument("--pages", nargs="*", help="page files (default: every chapter page with figures)")
-    ap.add_argument("--runs", type=int, default=3, help="cold runs per page")
-    ap.add_argument("--warm-runs", type=int, default=3, help="warm runs per page")
+    ap.add_argument("--runs", type=int, default=3, help="runs per page and way (each: cold, then warm)")
     ap.add_argument("--moves", type=int, default=20, help="control moves per cold run")
     ap.add_argument("--proof", type=Path, help="the reference proof folder (runtime-proof) to time as well")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
@@ -249,18 +348,18 @@ def main() -> int:
     chapters = read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}", flush=True)
-    results = bench_site(a.site, pages, a.runs, a.warm_runs, a.moves)
+    results = bench_site(a.site, pages, a.runs, a.moves)
     ok = report(results)
     raw = {"pages": results}
     if a.proof:
-        proof = bench_proof(a.proof, a.runs, a.warm_runs)
+        proof = bench_proof(a.proof, a.runs, a.runs)
         raw["proof"] = proof
         for kind in ("cold", "warm"):
             xs = [x for x in proof if x["kind"] == kind]
             if xs:
-                print(f"| reference proof worker.html | {kind} | {len(xs)} | - | - | "
-                      f"{summary([x['live_ms'] for x in xs], '', 1e-3)} | - | - | "
-                      f"{summary([x['bytes'] for x in xs], '', 1e-6, 1)} | - |")
+                print(f"reference proof worker.html {kind}: {summary([x['live_ms'] for x in xs], ' s', 1e-3)}, "
+                      f"{summary([x['bytes'] for x in xs], ' MB', 1e-6, 1)} (measured after the pages, not alternated)")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
     if a.json:
         a.json.write_text(json.dumps(raw, indent=1, default=str))
     return 0 if ok else 1

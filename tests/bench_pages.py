@@ -246,9 +246,11 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves:
                                                                       WAYS[way]))
                         shutil.rmtree(profile, ignore_errors=True)
                         c, w = row[way]["cold"][-1], row[way]["warm"][-1]
-                        took = (c.get("boot") or {}).get("path", "-") if way != "bare" else "-"
+                        took = "" if way == "bare" else \
+                            f"  (booted: {(c.get('boot') or {}).get('path')}; warm restore steps ms: " \
+                            f"{(w.get('boot') or {}).get('steps', '-')})"
                         print(f"  {page_file} run {i + 1} {way:8s} cold {c['live_ms'] / 1e3:.2f} s  "
-                              f"warm {w['live_ms'] / 1e3:.2f} s  (booted: {took})", flush=True)
+                              f"warm {w['live_ms'] / 1e3:.2f} s{took}", flush=True)
                 results.append(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -51,7 +51,9 @@ def test_snapshot_and_normal_boot_show_identical_figures(chromium, server, site_
     normal = None
     try:
         assert states == {f: "live" for f in figures}
-        assert snap.evaluate(BOOT_JS)["path"] == "snapshot", snap.evaluate(BOOT_JS)
+        booted = snap.evaluate(BOOT_JS)
+        assert booted["path"] == "snapshot" and booted["reason"] in ("network", "cache"), booted
+        assert list(booted["steps"]) == ["storage", "runtime", "files", "libraries", "snapshot_bytes", "restored"]
         normal, normal_log, states = load(chromium, server, chapter["file"] + "?boot=normal", figures)
         assert states == {f: "live" for f in figures}
         assert normal.evaluate(BOOT_JS) == {"path": "normal", "reason": "asked for (boot=normal)"}

@@ -36,7 +36,7 @@ async function boot(runtime, bootMode) {
   if (!snap) return { pyodide: await normalBoot(runtime), path: "normal", reason: "the build made no snapshot" };
   if (bootMode === "normal") return { pyodide: await normalBoot(runtime), path: "normal", reason: "asked for (boot=normal)" };
   try {
-    return { pyodide: await restoreSnapshot(runtime, snap), path: "snapshot", reason: snapshotSource };
+    return { pyodide: await restoreSnapshot(runtime, snap), path: "snapshot", reason: snapshotSource, steps: restoreSteps };
   } catch (e) {
     const reason = String(e && e.message ? e.message : e);
     console.warn(`memory snapshot not used (${reason}); booting Python normally`);
@@ -70,6 +70,8 @@ async function normalBoot(runtime) {
 const STORAGE_TIMEOUT_MS = 3000;   // browser storage has been seen to hang: then do without it
 let snapshotSource = "";           // where the snapshot's bytes came from: "cache" or "network"
 let saveSnapshot = null;           // keeps the decompressed snapshot for the next page (after going live)
+const restoreSteps = {};           // ms after the worker's start at which each restore step ended
+const step = (name) => { restoreSteps[name] = Math.round(performance.now()); };
 
 // Settles with `promise`, or with `fallback` after `ms` (or if it fails).
 function within(ms, promise, fallback) {
@@ -165,6 +167,7 @@ async function restoreSnapshot(runtime, snap) {
   const helpers = import("./snapshot.js");
   const metaP = fetch(ROOT + snap.meta).then((r) => { if (!r.ok) throw new Error(`${snap.meta}: HTTP ${r.status}`); return r.json(); });
   const { memory, memoryDone, filesDone } = await snapshotFiles(snap);
+  step("storage");
   // failures surface where these are awaited; none is left unhandled meanwhile
   for (const p of [metaP, memoryDone, filesDone]) p.catch(() => {});
   const { loadPyodide, version } = await pyodideModule;
@@ -179,11 +182,15 @@ async function restoreSnapshot(runtime, snap) {
   if (typeof create !== "function") throw new Error("pyodide.asm.js defined no _createPyodideModule");
   globalThis._createPyodideModule = async (settings) => {
     const M = await create(settings);
+    step("runtime");
     const meta = await metaP;
     if (meta.build_id !== snap.build_id) throw new Error("the snapshot's metadata is of another runtime build");
     writeFiles(M, unpackFiles(await filesDone));
+    step("files");
     await replayDsos(M, meta);
+    step("libraries");
     await memoryDone;
+    step("snapshot_bytes");
     if (snapshotBuildId(memory) !== snap.build_id) throw new Error("the snapshot is of another runtime build");
     return M;
   };
@@ -195,6 +202,7 @@ async function restoreSnapshot(runtime, snap) {
     globalThis._createPyodideModule = create;
   }
   Object.assign(restored.loadedPackages, (await metaP).loaded);
+  step("restored");
   return restored;
 }
 
@@ -211,7 +219,8 @@ async function start(figures, runtime, bootMode) {
   progress("runtime", 0, 1);
   const booted = await boot(runtime, bootMode);
   pyodide = booted.pyodide;
-  post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(), boot: { path: booted.path, reason: booted.reason } });
+  post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(),
+         boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}) } });
   progress("figures", 0, figures.length);
   pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
   pyodide.globals.set("FIGURE_IDS", pyodide.toPy(figures));

@@ -40,6 +40,7 @@ async function boot(runtime, bootMode) {
   } catch (e) {
     const reason = String(e && e.message ? e.message : e);
     console.warn(`memory snapshot not used (${reason}); booting Python normally`);
+    if (snapshotSource === "cache") within(STORAGE_TIMEOUT_MS, caches.delete(`guide-snapshot-${snap.id}`), null);   // next page: the server's copy
     return { pyodide: await normalBoot(runtime), path: "normal", reason: `snapshot failed: ${reason}` };
   }
 }

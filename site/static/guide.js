@@ -381,6 +381,16 @@ const observer = new IntersectionObserver((entries) => {
 }, { rootMargin: "150px" });
 for (const fig of FIGS.values()) observer.observe(fig.el);
 
+// The previews out of view are drawn too, one at a time when the page is idle: an adopted
+// preview is the live figure, so drawing it now is work taken off the moment Python is ready.
+const idle = (timeout) => new Promise((r) => (window.requestIdleCallback ? requestIdleCallback(r, { timeout }) : setTimeout(r, 50)));
+bokehReady.then(async () => {
+  for (const fig of FIGS.values()) {
+    await idle(1000);
+    if (!fig.live && !fig.previewing) await preview(fig);
+  }
+}).catch(() => {});
+
 function sendFocus() {
   // Python builds the figures nearest the viewport first.
   const h = window.innerHeight;

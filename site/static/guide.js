@@ -13,6 +13,8 @@
 // The worker was started by the inline script in <head> (window.__guide), so Python
 // loads while this file and BokehJS are still being parsed.
 // A link's control values (state.js) are shown by the live figure, not by the preview.
+// A live figure's data-live says how it went live: "adopted" (its preview linked to
+// Python) or "embedded" (Python's document rendered in place of the preview).
 
 import { applyLink, initSharing, linkPhrase, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
 
@@ -239,7 +241,11 @@ async function onBuilt(msg) {
     linkDocument(fig, fig.staticRoot);
     worker.postMessage({ type: "adopted", figure: fig.id });   // Python forwards its changes from now on
     fig.carried = replayChanges(fig);
-    fig.adopted = true;
+    // the preview's view moves out of its wrapper, where a live figure's view is
+    const view = fig.preview.querySelector(".fig-bokeh");
+    fig.frame.append(view);
+    fig.preview.remove();
+    fig.el.dataset.live = "adopted";
     becameLive(fig);
   } else {
     worker.postMessage({ type: "embed", figure: fig.id });
@@ -279,6 +285,7 @@ async function onRender(msg) {
   for (const v of fig.staticViews || []) v.remove?.();
   fig.preview.remove();
   target.classList.remove("fig-live");
+  fig.el.dataset.live = "embedded";
   becameLive(fig);
 }
 

@@ -219,7 +219,6 @@ function linkDocument(fig, root) {
 function preview(fig) {
   // The figure's preview, drawn now if it was not yet (a figure out of view).
   if (!fig.previewing) {
-    observer.unobserve(fig.el);
     fig.previewing = embedPreview(fig.id, fig).catch((e) => {
       console.warn(`preview of ${fig.id} not shown: ${e}`);   // the poster stays
     });
@@ -373,18 +372,18 @@ G.queue = { push: enqueue };
 for (const m of pending) enqueue(m);
 
 // Interactive previews: a figure in or near the viewport gets its pre-rendered Bokeh
-// document at once, the others when the reader scrolls to them (their posters show
-// meanwhile). Rendering a preview takes main-thread time that loading Python needs too.
+// document at once, the others in the page's idle time (below); their posters show
+// meanwhile. A figure coming into view while Python loads is built first.
 const observer = new IntersectionObserver((entries) => {
   let seen = false;
   for (const entry of entries) {
     if (!entry.isIntersecting) continue;
     const fig = FIGS.get(entry.target.dataset.figure);
-    if (fig.live || fig.previewing) continue;
+    if (fig.live) continue;
     preview(fig);
     seen = true;
   }
-  if (seen) sendFocus();
+  if (seen && FIGS.size > 1) sendFocus();
 }, { rootMargin: "150px" });
 for (const fig of FIGS.values()) observer.observe(fig.el);
 

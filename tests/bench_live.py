@@ -9,7 +9,10 @@ Per page and variant, cold (fresh browser profile) and warm (a profile that has 
 the page once): medians (min-max) of
 - ready: Python loaded in the worker and about to build the figures (ms after navigation);
 - first: the first figure live;  live: every figure live;
-- after ready: live - ready, the part spent building the figures and handing them to the page.
+- after ready: live - ready, the part spent building the figures and handing them to the page;
+- handover: live - the moment Python had built the last figure (its "built" message, or the
+  whole document sent, "python_rendered", in builds before figures were adopted): what the
+  page spends making the figures live once Python has built them.
 It prints numbers and exits 0 unless a load fails (a figure not live, a page error).
 """
 from __future__ import annotations
@@ -40,7 +43,9 @@ def load(ctx, url: str, figure_ids: list[str]) -> dict:
     lives = [t.get(f"live:{f}") for f in figure_ids]
     ok = all(s == "live" for s in states.values()) and all(lives) and not log.errors()
     ready = t.get("stage:figures:0")
+    built = [v for k, v in t.items() if k.startswith("built:")] or [t.get("python_rendered")]
     return {"ok": ok, "states": states, "errors": log.errors(), "ready": ready,
+            "built": max(b for b in built if b is not None) if any(b is not None for b in built) else None,
             "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None}
 
 
@@ -92,13 +97,14 @@ def main() -> int:
                 s.__exit__(None, None, None)
             for prof in made:
                 shutil.rmtree(prof, ignore_errors=True)
-    print("\n| page | cache | variant | runs | ready s | first live s | every figure live s | after ready s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| page | cache | variant | runs | ready s | first live s | every figure live s | after ready s | handover s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (page_file, kind, name), rs in sorted(res.items(), key=lambda kv: (a.pages.index(kv[0][0]), kv[0][1])):
         rs = [r for r in rs if r["ok"]]
         print(f"| {page_file} | {kind} | {name} | {len(rs)} | {med([r['ready'] for r in rs])} | "
               f"{med([r['first'] for r in rs])} | {med([r['live'] for r in rs])} | "
-              f"{med([r['live'] - r['ready'] for r in rs])} |")
+              f"{med([r['live'] - r['ready'] for r in rs])} | "
+              f"{med([r['live'] - r['built'] for r in rs if r['built'] is not None])} |")
     return 0 if ok else 1
 
 

@@ -67,25 +67,28 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
 
     import widgets
     from builder.posters import poster_html
+    from widgets.runtime import build_document, fingerprint
 
     if panel.__version__ != runtime.versions["panel"]:
         raise BuildError(f"the build runs Panel {panel.__version__} but the browser gets "
                          f"{runtime.versions['panel']}: install the pinned versions (./dev build does)")
+    # As in the page's worker (widgets/runtime.py PageSession): no hidden BrowserInfo root,
+    # and the same model ids, so the page can adopt this document as the live one.
+    panel.config.browser_info = False
     out = {}
     for fid in figure_ids:
         try:
-            view = widgets.build(fid)
             doc = Document()
-            view.layout.server_doc(doc, location=False)
-            docs_json, render_items = standalone_docs_json_and_render_items(doc.roots, suppress_callback_warning=True)
+            view, root = build_document(fid, doc)
+            docs_json, render_items = standalone_docs_json_and_render_items([root], suppress_callback_warning=True)
         except Exception as exc:
             raise BuildError(f"figure {fid} failed to build in CPython: {type(exc).__name__}: {exc}") from exc
         (doc_json,) = docs_json.values()
         docid = f"prerender-{fid}"
-        root_id = doc.roots[0].id
+        root_id = root.id
         data = {"docs_json": {docid: doc_json},
                 "render_items": [{"docid": docid, "roots": {}, "root_ids": [root_id]}],
-                "root_id": root_id}
+                "root_id": root_id, "fingerprint": fingerprint(doc)}
         text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # key order matters to BokehJS
         height = max([getattr(p, "height", 0) or 0 for p in view.plots] + [300]) + 60
         controls = json.dumps(url_controls(view), separators=(",", ":")).replace("</", "<\\/")

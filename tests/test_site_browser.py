@@ -71,6 +71,8 @@ def test_page_goes_live_offline(chromium, server, page_file, figure_ids):
             states = seen[fid] + [page.evaluate(STATE_JS, fid)]
             trail = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
             assert trail[0] == "static" and trail[-1] == "live" and "loading" in trail, (fid, trail)
+            # the preview became the live figure: Python built the same models (no second document)
+            assert page.evaluate("(id) => document.querySelector(`[data-figure='${id}']`).dataset.live", fid) == "adopted"
             # the live figure shows exactly what CPython computes for the default controls
             wait_equal(page, fid, cpython_state(fid), timeout_s=5)
             # ...and is drawn inside its own container (plots on canvases), not elsewhere

@@ -1,24 +1,27 @@
 """The Python half of a chapter page in the browser (runs in the page's Web Worker).
 
-One PageSession per page: it builds every figure of the page into one Bokeh document
-(one root per figure), serialises it for the page to render, and then exchanges JSON
-patches with the page using Panel's own worker protocol (panel.io.pyodide).
+One PageSession per page, one Bokeh document per figure. The page shows each figure's
+build-time document (the preview, builder/prerender.py) before Python has loaded; the
+worker builds the same figure with the same model ids (`stable_ids`), so the page can
+adopt the preview as the live figure when the two match (`fingerprint`) instead of
+rendering a second document. Where they do not match, `render` serialises the figure's
+document for the page to embed. Then the page and the session exchange JSON patches
+using Panel's own worker protocol (panel.io.pyodide).
 A figure whose build fails is reported by id with its error; the others still go live.
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import sys
 import traceback
 
-import panel as pn
-from bokeh.embed.util import standalone_docs_json_and_render_items
-from panel.io.pyodide import _convert_json_patch, _link_docs_worker, init_doc
-from panel.io.state import set_curdoc, state
-
 import widgets
 
 PANEL_HELPER_ROOTS = ("notifications", "browser_info")
+ID_BASE = 10_000_000      # a figure's model ids: p<ID_BASE + its index * ID_SPAN + n>
+ID_SPAN = 100_000
 
 
 def _error_text(exc: BaseException) -> str:
@@ -27,57 +30,122 @@ def _error_text(exc: BaseException) -> str:
     return "".join(frames).strip()
 
 
+@contextlib.contextmanager
+def stable_ids(figure_id: str):
+    """Bokeh models made inside get the ids `p<n>` counting from a base fixed by the
+    figure's place in widgets.FIGURES, whatever was made before in the process: the
+    build (CPython) and the page's worker (Pyodide) give the figure the same ids.
+    The figure's module is imported first, so its import-time models stay outside."""
+    import bokeh.util.serialization as serialization
+    from bokeh.settings import settings
+
+    widgets.module(figure_id)
+    index = list(widgets.FIGURES).index(figure_id)
+    simple, counter = settings.simple_ids(), serialization._simple_id
+    settings.simple_ids.set_value(True)
+    serialization._simple_id = ID_BASE + index * ID_SPAN
+    try:
+        yield
+    finally:
+        if serialization._simple_id >= ID_BASE + (index + 1) * ID_SPAN:
+            raise RuntimeError(f"figure {figure_id} made more than {ID_SPAN} Bokeh models")
+        serialization._simple_id = counter
+        settings.simple_ids.set_value(simple)
+
+
+def fingerprint(doc) -> str:
+    """A short hash of every model of Bokeh document `doc`: its id and type. Two documents
+    with the same fingerprint have the same models under the same ids (built by the same
+    code). It reads the document's own index of its models, which is kept up to date as
+    roots are added, rather than walking the models again."""
+    lines = sorted(f"{m.id} {m.__qualified_model__}" for m in doc.models)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def build_document(figure_id: str, doc) -> object:
+    """Build figure `figure_id` into Bokeh document `doc` (ids from `stable_ids`) and return
+    its root; Panel's invisible helper roots, if any, are not counted."""
+    with stable_ids(figure_id):
+        view = widgets.build(figure_id)
+        before = {r.id for r in doc.roots}
+        view.layout.server_doc(doc, location=False)
+    new = [r for r in doc.roots if r.id not in before and r.name not in PANEL_HELPER_ROOTS]
+    if len(new) != 1:
+        raise RuntimeError(f"figure {figure_id} added {len(new)} roots to the document, expected 1")
+    return view, new[0]
+
+
 class PageSession:
-    """The figures of one page, live in one Bokeh document."""
+    """The figures of one page, each live in a Bokeh document of its own."""
 
-    def __init__(self, figure_ids: list[str]):
-        # No hidden BrowserInfo root per figure: the page renders exactly the figure roots.
+    def __init__(self):
+        import panel as pn
+
+        # No hidden BrowserInfo root per figure: the page renders exactly the figure roots
+        # (the build's preview is made with the same setting).
         pn.config.browser_info = False
-        init_doc()
-        self.doc = state.curdoc
-        self.roots: dict[str, str] = {}     # figure id -> Bokeh root model id
-        self.errors: dict[str, str] = {}    # figure id -> error text
-        for fid in figure_ids:
-            try:
-                view = widgets.build(fid)
-                before = {r.id for r in self.doc.roots}
-                view.layout.server_doc(self.doc, location=False)
-                # Panel may add invisible helper roots (notifications, browser_info) to the document
-                new = [r.id for r in self.doc.roots if r.id not in before and r.name not in PANEL_HELPER_ROOTS]
-                if len(new) != 1:
-                    raise RuntimeError(f"figure {fid} added {len(new)} roots to the document, expected 1")
-                self.roots[fid] = new[0]
-            except Exception as exc:   # one broken figure must not take the page down
-                self.errors[fid] = _error_text(exc)
+        # Models made after the build (a figure that adds one while live) get globally
+        # unique ids, as in Panel's own worker documents (panel.io.pyodide.init_doc).
+        from bokeh.settings import settings
+        settings.simple_ids.set_value(False)
+        self.docs: dict = {}                # figure id -> its Bokeh document
+        self.roots: dict = {}               # figure id -> its root model
 
-    def render(self) -> tuple[str, str, dict[str, str], dict[str, str]]:
-        """(docs_json, render_items, {figure id: root id}, {figure id: error}) for the page."""
-        if not self.roots:
-            return "{}", "[]", {}, self.errors
-        roots = [r for r in self.doc.roots if r.id in self.roots.values()]
-        docs_json, render_items = standalone_docs_json_and_render_items(roots, suppress_callback_warning=True)
-        # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
-        # at once instead of scheduling it on a server event loop that does not exist here.
-        self.doc._session_context = None
-        return (json.dumps(docs_json), json.dumps([item.to_json() for item in render_items]),
-                self.roots, self.errors)
+    def build(self, figure_id: str) -> str:
+        """Build one figure; JSON {"figure", "fingerprint"} or {"figure", "error"}."""
+        from bokeh.document import Document
+        from panel.io.document import MockSessionContext
+        from panel.io.state import set_curdoc, state
 
-    def link(self, send_patch) -> None:
-        """Forward every later change of the Python document to the page as a JSON patch."""
-        with set_curdoc(self.doc):
-            _link_docs_worker(self.doc, send_patch, setter="js")
-
-    def apply_patch(self, patch) -> str | None:
-        """Apply a patch from the page (a reader's change); return an error text on failure."""
         try:
+            doc = Document()
+            doc.hold()
+            doc._session_context = lambda: MockSessionContext(document=doc)
+            state.curdoc = doc
+            with set_curdoc(doc):
+                _, root = build_document(figure_id, doc)
+            # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
+            # at once instead of scheduling it on a server event loop that does not exist here.
+            doc._session_context = None
+            self.docs[figure_id], self.roots[figure_id] = doc, root
+            return json.dumps({"figure": figure_id, "fingerprint": fingerprint(doc)})
+        except Exception as exc:   # one broken figure must not take the page down
+            return json.dumps({"figure": figure_id, "error": _error_text(exc)})
+
+    def render(self, figure_id: str) -> str:
+        """Figure `figure_id`'s document for the page to embed: JSON {docs_json,
+        render_items, root_id} (when the page cannot adopt its preview)."""
+        from bokeh.embed.util import standalone_docs_json_and_render_items
+
+        root = self.roots[figure_id]
+        docs_json, render_items = standalone_docs_json_and_render_items([root], suppress_callback_warning=True)
+        return json.dumps({"docs_json": docs_json, "render_items": [item.to_json() for item in render_items],
+                           "root_id": root.id})
+
+    def link(self, figure_id: str, send_patch) -> None:
+        """Forward every later change of the figure's document to the page as a JSON patch
+        (send_patch(patch, buffers, figure_id))."""
+        from panel.io.pyodide import _link_docs_worker
+        from panel.io.state import set_curdoc
+
+        doc = self.docs[figure_id]
+        with set_curdoc(doc):
+            _link_docs_worker(doc, send_patch, msg_id=figure_id, setter="js")
+
+    def apply_patch(self, figure_id: str, patch) -> str | None:
+        """Apply a patch from the page (a reader's change); return an error text on failure."""
+        from panel.io.pyodide import _convert_json_patch
+        from panel.io.state import set_curdoc, state
+
+        try:
+            doc = self.docs[figure_id]
             # Panel dispatches model updates at once only for the current document
             # (a context variable, which calls from JavaScript do not carry over).
-            with set_curdoc(self.doc):
-                self.doc.apply_json_patch(_convert_json_patch(patch), setter="js")
+            state.curdoc = doc
+            with set_curdoc(doc):
+                doc.apply_json_patch(_convert_json_patch(patch), setter="js")
         except Exception as exc:
             text = _error_text(exc)
-            fid = next((f for f, mod in widgets.FIGURES.items()
-                        if mod.replace(".", "/") + ".py" in text), None)
-            print(f"figure {fid or '?'}: {text}", file=sys.stderr)
-            return json.dumps({"figure": fid, "message": text})
+            print(f"figure {figure_id}: {text}", file=sys.stderr)
+            return json.dumps({"figure": figure_id, "message": text})
         return None

@@ -5,12 +5,16 @@
 //              pre-rendered Bokeh document (also made at build time) replaces it,
 //              with working controls but no Python behind them yet;
 //   loading -> the page's Web Worker is loading Python (progress shown);
-//   live    -> the figure is the Python document, recomputed on every change;
+//   live    -> the figure is the Python document, recomputed on every change: the preview
+//              itself when Python built the same models (it is adopted, nothing is
+//              rendered twice), else a document Python sends;
 //   error   -> Python failed for this figure: a readable message, the preview kept.
 // A reader's changes to the preview's controls are carried into the live figure.
 // The worker was started by the inline script in <head> (window.__guide), so Python
 // loads while this file and BokehJS are still being parsed.
 // A link's control values (state.js) are shown by the live figure, not by the preview.
+// A live figure's data-live says how it went live: "adopted" (its preview linked to
+// Python) or "embedded" (Python's document rendered in place of the preview).
 
 import { applyLink, initSharing, linkPhrase, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
 
@@ -18,10 +22,11 @@ const G = window.__guide;
 const T = (G.timing = G.timing || {});
 const mark = (key, t = performance.now()) => { T[key] = t; };
 const STAGES = { runtime: "starting Python", packages: "loading packages", figures: "building figures" };
-const FIGS = (G.figs = new Map());   // figure id -> {el, frame, status, preview, staticRoot, liveRoot, live}
+const FIGS = (G.figs = new Map());   // figure id -> {el, frame, status, preview, staticRoot, liveRoot, doc, live}
 
 for (const el of document.querySelectorAll("[data-figure]")) {
   FIGS.set(el.dataset.figure, {
+    id: el.dataset.figure,
     el,
     frame: el.querySelector(".fig-frame"),
     status: el.querySelector(".fig-status-text"),
@@ -85,6 +90,8 @@ async function embedPreview(id, fig) {
   const views = await Bokeh.embed.embed_items(data.docs_json, data.render_items);
   fig.staticRoot = [...views[0].roots.values()][0].model;
   fig.staticViews = views;
+  fig.fingerprint = data.fingerprint;            // of its models, as Python's (widgets/runtime.py)
+  fig.initial = controlValues(fig.staticRoot);   // to tell what the reader changes before it is live
   await nextPaint();
   if (fig.poster) fig.poster.remove();
   mark(`preview:${id}`);
@@ -112,6 +119,43 @@ function controlsOf(root) {
   return out;
 }
 
+function readAttr(m, attr) {
+  try { return m[attr]; } catch { return undefined; }   // an attribute never set
+}
+
+function controlValues(root) {
+  // class -> {attribute: value as JSON} of each control of `root`
+  const out = new Map();
+  for (const [cls, m] of controlsOf(root)) {
+    const values = {};
+    for (const attr of CONTROL_ATTRS) if (attr in m.properties) values[attr] = JSON.stringify(readAttr(m, attr));
+    out.set(cls, values);
+  }
+  return out;
+}
+
+function replayChanges(fig) {
+  // An adopted preview: whatever the reader set on its controls before Python was there
+  // is sent to Python now, as the change it is (set back to the built value silently,
+  // then to the reader's, which the document reports). Returns the classes replayed.
+  const replayed = new Set();
+  for (const [cls, m] of controlsOf(fig.liveRoot)) {
+    const initial = fig.initial.get(cls);
+    if (!initial) continue;
+    const changed = {};
+    for (const [attr, text] of Object.entries(initial)) {
+      const value = readAttr(m, attr);
+      if (JSON.stringify(value) !== text && text !== undefined) changed[attr] = value;
+    }
+    const attrs = Object.keys(changed);
+    if (!attrs.length) continue;
+    replayed.add(cls);
+    m.setv(Object.fromEntries(attrs.map((a) => [a, JSON.parse(initial[a])])), { silent: true });
+    m.setv(changed);
+  }
+  return replayed;
+}
+
 function carryOver(fig, liveRoot) {
   // Whatever the reader set on the preview's controls, set again on the live ones;
   // returns the classes of the controls carried.
@@ -134,54 +178,92 @@ function carryOver(fig, liveRoot) {
   return carried;
 }
 
-// ------------------------------------------------------------------ live document
+// ------------------------------------------------------------------ live figures
+
+// Python builds one figure at a time, the one in view first, and says so ("built", with
+// the fingerprint of its models). When the fingerprint is the preview's, the preview is
+// the live figure already: the page links it to Python ("adopted"). Otherwise (the
+// preview did not render, or Python built other models) the page asks for Python's
+// document ("embed") and renders it in place of the preview ("render").
 
 const worker = G.worker;
-let jsdoc = null;
+const DOCS = new Map();   // live Bokeh document -> its figure
 let patching = 0;
 let busy = false;
 let queue = [];
 
-function sendChange(event) {
+function sendChange(fig, event) {
   // Coalesce while Python is busy: keep only the newest change of each model attribute
   // (the same scheme as Panel's own worker handler).
   if ((event.setter_id != null && event.setter_id === "py") || patching > 0) {
     noteChangeFromPython(event);
     return;
   }
-  if (busy && event.model && event.attr) {
-    queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
+  if (busy) {
+    if (event.model && event.attr) queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
     queue.push(event);
     return;
   }
   busy = true;
-  worker.postMessage({ type: "patch", patch: jsdoc.create_json_patch([event]) });
+  worker.postMessage({ type: "patch", figure: fig.id, patch: fig.doc.create_json_patch([event]) });
 }
 
-async function goLive(msg) {
-  mark("python_rendered", msg.t - performance.timeOrigin);
+function linkDocument(fig, root) {
+  fig.liveRoot = root;
+  fig.doc = root.document;
+  DOCS.set(fig.doc, fig);
+  fig.doc.on_change((event) => sendChange(fig, event), false);
+  watchControls(fig, root);
+}
+
+function preview(fig) {
+  // The figure's preview, drawn now if it was not yet (a figure out of view).
+  if (!fig.previewing) {
+    fig.previewing = embedPreview(fig.id, fig).catch((e) => {
+      console.warn(`preview of ${fig.id} not shown: ${e}`);   // the poster stays
+    });
+  }
+  return fig.previewing;
+}
+
+async function onBuilt(msg) {
+  const fig = FIGS.get(msg.figure);
+  if (!fig) return;
+  mark(`built:${msg.figure}`, msg.t - performance.timeOrigin);
+  if (msg.error) {
+    showError(fig, msg.error);
+    return;
+  }
   await bokehReady;
-  const docs_json = JSON.parse(msg.docs_json);
-  const render_items = JSON.parse(msg.render_items);
-  for (const [id, message] of Object.entries(msg.errors || {})) {
-    if (FIGS.has(id)) showError(FIGS.get(id), message);
+  await preview(fig);
+  if (fig.staticRoot && !fig.live && fig.fingerprint && fig.fingerprint === msg.fingerprint) {
+    linkDocument(fig, fig.staticRoot);
+    worker.postMessage({ type: "adopted", figure: fig.id });   // Python forwards its changes from now on
+    fig.carried = replayChanges(fig);
+    // the preview's view moves out of its wrapper, where a live figure's view is
+    const view = fig.preview.querySelector(".fig-bokeh");
+    fig.frame.append(view);
+    fig.preview.remove();
+    fig.el.dataset.live = "adopted";
+    becameLive(fig);
+  } else {
+    worker.postMessage({ type: "embed", figure: fig.id });
   }
-  const roots = {};
-  const targets = [];
-  for (const [id, rootId] of Object.entries(msg.roots || {})) {
-    const fig = FIGS.get(id);
-    if (!fig) continue;
-    const target = document.createElement("div");
-    target.className = "fig-bokeh fig-live";
-    target.id = `live-${id}`;
-    fig.frame.append(target);
-    roots[rootId] = target.id;
-    targets.push([id, fig, target]);
-  }
-  if (!targets.length) return;
-  await Promise.all(targets.map(([, fig]) => fig.previewing));   // a preview being drawn finishes first
+}
+
+async function onRender(msg) {
+  // Python's document of one figure, rendered in place of its preview.
+  const fig = FIGS.get(msg.figure);
+  if (!fig || fig.live) return;
+  mark(`rendered:${msg.figure}`, msg.t - performance.timeOrigin);
+  const { docs_json, render_items, root_id } = JSON.parse(msg.doc);
+  const target = document.createElement("div");
+  target.className = "fig-bokeh fig-live";
+  target.id = `live-${fig.id}`;
+  fig.frame.append(target);
+  const roots = { [root_id]: target.id };
   // BokehJS renders every root of the document; one without an element of its own would
-  // be appended to the page, so any root that is not a figure gets a hidden element.
+  // be appended to the page, so any root that is not the figure gets a hidden element.
   const docRoots = Object.values(docs_json)[0].roots.map((r) => r.id);
   for (const rid of docRoots) {
     if (rid in roots) continue;
@@ -194,37 +276,29 @@ async function goLive(msg) {
   render_items[0].roots = roots;
   render_items[0].root_ids = docRoots;
   const views = await Bokeh.embed.embed_items(docs_json, render_items);
-  jsdoc = G.liveDoc = [...views[0].roots.values()][0].model.document;
-  jsdoc.on_change(sendChange, false);
-  worker.postMessage({ type: "rendered" });   // Python forwards its changes from now on
-  const liveRoots = new Map([...views[0].roots.values()].map((v) => [v.model.id, v.model]));
-  for (const [id, fig] of targets) {
-    fig.liveRoot = liveRoots.get(msg.roots[id]);
-    watchControls(fig, fig.liveRoot);
-    fig.carried = carryOver(fig, fig.liveRoot);   // sent to Python like any reader change
-  }
+  const root = [...views[0].roots.values()].map((v) => v.model).find((m) => m.id === root_id);
+  linkDocument(fig, root);
+  worker.postMessage({ type: "rendered", figure: fig.id });   // Python forwards its changes from now on
+  fig.carried = carryOver(fig, root);   // sent to Python like any reader change
   await nextPaint();
-  for (const [id, fig, target] of targets) {
-    observer.unobserve(fig.el);
-    for (const v of fig.staticViews || []) v.remove?.();
-    fig.preview.remove();
-    target.classList.remove("fig-live");
-    fig.live = true;
-    setState(fig, "live", LIVE);
-    if (fig.bar) fig.bar.hidden = true;
-    mark(`live:${id}`);
-  }
-  // anything changed while the live document was being embedded
-  if (queue.length) flushQueue();
+  for (const v of fig.staticViews || []) v.remove?.();
+  fig.preview.remove();
+  target.classList.remove("fig-live");
+  fig.el.dataset.live = "embedded";
+  becameLive(fig);
+}
+
+function becameLive(fig) {
+  observer.unobserve(fig.el);
+  fig.live = true;
+  setState(fig, "live", LIVE);
+  if (fig.bar) fig.bar.hidden = true;
+  mark(`live:${fig.id}`);
   // then the link's values, for the controls the reader left alone (not awaited: each
   // waits for Python's "idle", a later message)
-  (async () => {
-    for (const [, fig] of targets) {
-      if (await applyLink(fig, fig.liveRoot, fig.carried, pythonIdle)) {
-        fig.status.textContent = `${LIVE} It opened at the link's settings.`;
-      }
-    }
-  })().catch((e) => console.warn(`a link's settings were not all applied: ${e}`));
+  applyLink(fig, fig.liveRoot, fig.carried, pythonIdle).then((n) => {
+    if (n) fig.status.textContent = `${LIVE} It opened at the link's settings.`;
+  }).catch((e) => console.warn(`a link's settings were not all applied: ${e}`));
 }
 
 const LIVE = "Live: Python is running in your browser.";
@@ -232,11 +306,14 @@ let idleWaiters = [];
 const pythonIdle = () => (busy ? new Promise((r) => idleWaiters.push(r)) : Promise.resolve());
 
 function flushQueue() {
-  if (queue.length && jsdoc) {
-    const patch = jsdoc.create_json_patch(queue);
-    queue = [];
+  // Python is idle: the changes that waited, those of one figure's document at a time.
+  if (queue.length) {
+    const doc = queue[0].document;
+    const fig = DOCS.get(doc);
+    const events = queue.filter((e) => e.document === doc);
+    queue = queue.filter((e) => e.document !== doc);
     busy = true;
-    worker.postMessage({ type: "patch", patch });
+    worker.postMessage({ type: "patch", figure: fig.id, patch: doc.create_json_patch(events) });
   } else {
     busy = false;
     const waiting = idleWaiters;
@@ -263,11 +340,14 @@ function onProgress(msg) {
 async function onMessage(msg) {
   switch (msg.type) {
     case "progress": onProgress(msg); break;
+    case "built":
+      try { await onBuilt(msg); } catch (e) { onFatal(`could not show the live figures: ${e.message || e}`); }
+      break;
     case "render":
-      try { await goLive(msg); } catch (e) { onFatal(`could not show the live figures: ${e.message || e}`); }
+      try { await onRender(msg); } catch (e) { onFatal(`could not show the live figures: ${e.message || e}`); }
       break;
     case "patch":
-      try { patching += 1; jsdoc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
+      try { patching += 1; FIGS.get(msg.figure).doc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
       break;
     case "idle": flushQueue(); break;
     case "error": {
@@ -293,18 +373,40 @@ G.queue = { push: enqueue };
 for (const m of pending) enqueue(m);
 
 // Interactive previews: a figure in or near the viewport gets its pre-rendered Bokeh
-// document at once, the others when the reader scrolls to them (their posters show
-// meanwhile). Rendering a preview takes main-thread time that loading Python needs too.
+// document at once, the others in the page's idle time (below); their posters show
+// meanwhile. A figure coming into view while Python loads is built first.
 const observer = new IntersectionObserver((entries) => {
+  let seen = false;
   for (const entry of entries) {
     if (!entry.isIntersecting) continue;
-    observer.unobserve(entry.target);
-    const id = entry.target.dataset.figure;
-    const fig = FIGS.get(id);
-    if (fig.live || fig.previewing) continue;
-    fig.previewing = embedPreview(id, fig).catch((e) => {
-      console.warn(`preview of ${id} not shown: ${e}`);   // the poster stays
-    });
+    const fig = FIGS.get(entry.target.dataset.figure);
+    if (fig.live) continue;
+    preview(fig);
+    seen = true;
   }
+  if (seen && FIGS.size > 1) sendFocus();
 }, { rootMargin: "150px" });
 for (const fig of FIGS.values()) observer.observe(fig.el);
+
+// The previews out of view are drawn too, one at a time when the page is idle: an adopted
+// preview is the live figure, so drawing it now is work taken off the moment Python is ready.
+const idle = (timeout) => new Promise((r) => (window.requestIdleCallback ? requestIdleCallback(r, { timeout }) : setTimeout(r, 50)));
+bokehReady.then(async () => {
+  for (const fig of FIGS.values()) {
+    await idle(1000);
+    if (!fig.live && !fig.previewing) await preview(fig);
+  }
+}).catch(() => {});
+
+function sendFocus() {
+  // Python builds the figures nearest the viewport first.
+  const h = window.innerHeight;
+  const distance = (el) => {
+    const r = el.getBoundingClientRect();
+    return r.bottom < 0 ? -r.bottom : r.top > h ? r.top - h : 0;
+  };
+  const order = [...FIGS.values()].map((fig, i) => [distance(fig.el), i, fig.id])
+    .sort((a, b) => a[0] - b[0] || a[1] - b[1]).map((x) => x[2]);
+  worker?.postMessage({ type: "focus", figures: order });
+}
+if (FIGS.size > 1) sendFocus();

@@ -1,12 +1,17 @@
 // The Python side of a page: Pyodide in a dedicated Web Worker, so the page stays
-// responsive while Python loads. It builds the page's figures (one Bokeh document,
-// one root per figure), sends the document to the page, then exchanges Bokeh JSON
-// patches with it: reader changes in, recomputed figures out.
+// responsive while Python loads. It builds the page's figures, one Bokeh document each,
+// the figure the reader is looking at first (the page says which: "focus"); for each it
+// tells the page the fingerprint of its models (widgets/runtime.py). The page adopts its
+// build-time preview as the live figure when the fingerprints match ("adopted"), or asks
+// for the document ("embed") and renders that ("rendered"). Then the two exchange Bokeh
+// JSON patches per figure: reader changes in, recomputed figures out.
 //
-// Messages to the page: progress {stage, done, total}, render {docs_json, render_items,
-// roots, errors}, patch {patch, buffers}, idle, error {figure, message} (a callback
-// failed), fatal {message} (the runtime failed).
-// Messages from the page: start {figures, runtime, boot}, rendered, patch {patch}.
+// Messages to the page: progress {stage, done, total}, built {figure, fingerprint} or
+// {figure, error}, render {figure, doc} (the figure's document, JSON), patch {figure,
+// patch, buffers}, idle, error {figure, message} (a callback failed), fatal {message}
+// (the runtime failed).
+// Messages from the page: start {figures, runtime, boot}, focus {figures} (the order to build
+// them in), adopted {figure}, embed {figure}, rendered {figure}, patch {figure, patch}.
 // `boot` "normal" skips the memory snapshot (boot below); the progress message that ends
 // the "runtime" stage says which path was taken: boot {path: "snapshot"|"normal", reason}.
 // `runtime` is where the build put things (the page carries it; builder/pages.py
@@ -22,8 +27,10 @@ let pyodide = null;
 let session = null;
 const loadErrors = [];
 
-function sendPatch(patch, buffers) {
-  post({ type: "patch", patch, buffers });
+let focus = [];   // figure ids in the order the page wants them built
+
+function sendPatch(patch, buffers, figure) {
+  post({ type: "patch", figure, patch, buffers });
 }
 
 // ---- Booting Python: restore the build's memory snapshot (static/snapshot.js,
@@ -224,7 +231,6 @@ async function start(figures, runtime, bootMode) {
          boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}) } });
   progress("figures", 0, figures.length);
   pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
-  pyodide.globals.set("FIGURE_IDS", pyodide.toPy(figures));
   session = await pyodide.runPythonAsync(`
 import os
 import pyodide.ffi
@@ -232,10 +238,23 @@ if not hasattr(pyodide.ffi, "jsnull"):   # Panel 1.10 expects Pyodide >= 0.28; i
     pyodide.ffi.jsnull = type("JsNullSentinel", (), {})()
 os.environ["PANEL_CDN_ROOT"] = PANEL_CDN_ROOT   # Panel's stylesheets from the site, not a CDN
 from widgets.runtime import PageSession
-PageSession(list(FIGURE_IDS))
+PageSession()
 `);
-  const [docs_json, render_items, roots, errors] = session.render().toJs({ dict_converter: Object.fromEntries });
-  post({ type: "render", docs_json, render_items, roots, errors, t: now() });
+  await buildFigures(figures);
+}
+
+async function buildFigures(figures) {
+  // One figure at a time, the one the page asked for first; between two, the page's
+  // messages (a figure adopted, a reader's change to a live figure) are handled.
+  const todo = [...figures];
+  for (let done = 0; todo.length; done += 1) {
+    const next = focus.find((id) => todo.includes(id)) ?? todo[0];
+    todo.splice(todo.indexOf(next), 1);
+    post({ type: "built", ...JSON.parse(session.build(next)), t: now() });
+    progress("figures", done + 1, figures.length);
+    await new Promise((r) => setTimeout(r, 0));
+  }
+  afterLive();   // every figure built; the page adopts or embeds them within moments
 }
 
 // Packages `names` needs, by the lock's depends (what loadPackage will load).
@@ -256,12 +275,15 @@ self.onmessage = async (event) => {
   try {
     if (msg.type === "start") {
       await start(msg.figures, msg.runtime, msg.boot);
-    } else if (msg.type === "rendered") {
-      session.link(sendPatch);
-      afterLive();
+    } else if (msg.type === "focus") {
+      focus = msg.figures;
+    } else if (msg.type === "adopted" || msg.type === "rendered") {
+      session.link(msg.figure, sendPatch);
+    } else if (msg.type === "embed") {
+      post({ type: "render", figure: msg.figure, doc: session.render(msg.figure), t: now() });
     } else if (msg.type === "patch") {
       try {
-        const failure = session.apply_patch(msg.patch);
+        const failure = session.apply_patch(msg.figure, msg.patch);
         if (failure) post({ type: "error", ...JSON.parse(failure) });
       } finally {
         post({ type: "idle" });

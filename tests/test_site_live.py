@@ -1,0 +1,129 @@
+"""How a figure goes live. The page shows each figure's build-time document (the preview);
+Python in the worker builds the same figure with the same model ids, and when the two
+match (the fingerprint of their models) the page adopts the preview as the live figure
+instead of rendering a second document; otherwise it renders Python's document. Either
+way the figure ends in the state the reader asked for (a link's values, a control moved
+while Python loaded), equal to CPython's."""
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urlencode
+
+import pytest
+
+import widgets
+from tests.browser import STATE_JS, attach, wait_states
+from tests.figures import SET_JS, control_patch, cpython_state
+from tests.test_site_browser import CHAPTERS, wait_equal
+
+PAGE = "ch04-batching.html"
+KNEE, SCHED = "ch04-batch-knee", "ch04-scheduler"
+needs_ch04 = pytest.mark.skipif(not any(c["file"] == PAGE for c in CHAPTERS), reason="ch04 not in this build")
+PRERENDER = re.compile(r'(<figure class="fig" id="fig-([^"]+)".*?<script type="application/json" class="fig-prerender">)(.*?)(</script>)', re.S)
+
+
+def prerendered(html: str) -> dict[str, dict]:
+    """figure id -> its pre-rendered document (the JSON the page embeds as the preview)."""
+    return {m.group(2): json.loads(m.group(3)) for m in PRERENDER.finditer(html)}
+
+
+def test_python_builds_the_previews_models_in_any_order(site_dir):
+    """The worker's PageSession builds each figure with the ids and types of the page's
+    preview, whatever it built before (figures in another order, figures of other pages)."""
+    from bokeh.settings import settings
+    import panel as pn
+
+    from widgets.runtime import PageSession
+
+    previews = {}
+    for c in CHAPTERS:
+        previews.update(prerendered((site_dir / c["file"]).read_text()))
+    assert set(previews) == {f for c in CHAPTERS for f in c["figures"]}
+    browser_info = pn.config.browser_info
+    try:
+        session = PageSession()
+        for fid in reversed(list(previews)):           # not the build's order
+            built = json.loads(session.build(fid))
+            assert "error" not in built, built
+            assert built["fingerprint"] == previews[fid]["fingerprint"], fid
+            assert session.roots[fid].id == previews[fid]["root_id"], fid
+        # a second build of the same figure (another page's worker) gets the same ids again
+        again = json.loads(PageSession().build(KNEE))
+        assert again["fingerprint"] == previews[KNEE]["fingerprint"]
+    finally:
+        settings.simple_ids.unset_value()
+        pn.config.browser_info = browser_info
+
+
+def fingerprint_differs(fid: str):
+    """A route handler serving the page with figure `fid`'s preview fingerprint changed,
+    as if Python had built other models than the build did."""
+    def handle(route):
+        html = route.fetch().text()
+
+        def change(m):
+            if m.group(2) != fid:
+                return m.group(0)
+            data = json.loads(m.group(3))
+            data["fingerprint"] = "0" * 16
+            return m.group(1) + json.dumps(data, separators=(",", ":")).replace("</", "<\\/") + m.group(4)
+        route.fulfill(status=200, content_type="text/html", body=PRERENDER.sub(change, html))
+    return handle
+
+
+@needs_ch04
+@pytest.mark.browser
+@pytest.mark.parametrize("mismatch", [None, SCHED], ids=["adopted", "embedded-fallback"])
+def test_link_and_early_change_reach_the_live_figure(chromium, server, mismatch):
+    """A chapter link sets a control of each figure; the reader moves another on the preview
+    while Python loads. Each figure goes live (its preview adopted, or, when the fingerprints
+    differ, Python's document rendered in its place) showing exactly CPython's result for
+    the moved control and then the link's value; a move after that is CPython's too."""
+    page = chromium.new_page()
+    log = attach(page, server)
+    if mismatch:
+        page.route(f"**/{PAGE}*", fingerprint_differs(mismatch))
+    try:
+        page.goto(server + PAGE + "?" + urlencode({f"{KNEE}.gpu": "H200", f"{SCHED}.slots": "16"}))
+        early = {KNEE: ("batch", 512), SCHED: ("chunked", True)}
+        for fid, (key, value) in early.items():
+            page.locator(f'[data-figure="{fid}"]').scroll_into_view_if_needed()   # previews render on sight
+            page.wait_for_function("(id) => window.__guide?.figs?.get(id)?.staticRoot", arg=fid, timeout=30000)
+            assert page.evaluate(STATE_JS, fid) in ("static", "loading")
+            page.evaluate(SET_JS, [fid, key, control_patch(fid, key, value)])
+        assert wait_states(page, [KNEE, SCHED], timeout_s=180) == {KNEE: "live", SCHED: "live"}
+        how = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('[data-figure]')]"
+                            ".map(el => [el.dataset.figure, el.dataset.live]))")
+        assert how == {KNEE: "adopted", SCHED: "embedded" if mismatch else "adopted"}, how
+        asked = {KNEE: [("batch", 512), ("gpu", "H200")], SCHED: [("chunked", True), ("slots", 16)]}
+        for fid, changes in asked.items():
+            wait_equal(page, fid, cpython_state(fid, changes))
+            # one view of the figure, in its frame: nothing rendered twice, no preview left
+            assert page.locator(f'[data-figure="{fid}"] .fig-bokeh').count() == 1
+            assert page.locator(f'[data-figure="{fid}"] .fig-frame > .fig-bokeh canvas').count() >= 1
+            assert page.locator(f'[data-figure="{fid}"] .fig-preview').count() == 0
+        page.evaluate(SET_JS, [SCHED, "gpu", control_patch(SCHED, "gpu", "A100-80GB")])
+        wait_equal(page, SCHED, cpython_state(SCHED, asked[SCHED] + [("gpu", "A100-80GB")]))
+        page.evaluate(SET_JS, [KNEE, "context", control_patch(KNEE, "context", 8192)])
+        wait_equal(page, KNEE, cpython_state(KNEE, asked[KNEE] + [("context", 8192)]))
+        assert log.errors() == [], log.errors()
+    finally:
+        page.close()
+
+
+@needs_ch04
+@pytest.mark.browser
+def test_figure_in_view_is_built_first(chromium, server):
+    """Opened at its second figure, the page has Python build that one first."""
+    page = chromium.new_page()
+    log = attach(page, server)
+    try:
+        page.goto(server + PAGE + f"#fig-{SCHED}")
+        assert wait_states(page, [KNEE, SCHED], timeout_s=180) == {KNEE: "live", SCHED: "live"}
+        t = page.evaluate("window.__guide.timing")
+        assert t[f"built:{SCHED}"] < t[f"built:{KNEE}"], t
+        assert t[f"live:{SCHED}"] < t[f"live:{KNEE}"], t
+        assert log.errors() == [], log.errors()
+    finally:
+        page.close()

@@ -123,8 +123,9 @@ def test_a_new_build_replaces_the_saved_copy(browser, site_dir, tmp_path):
         page.close()
     # offline, a page comes from the saved copy of build A
     browser.set_offline(True)
-    stale, _ = visit(browser, base + "index.html", [], offline_state=None)
+    stale, _ = visit(browser, base + "index.html", [], offline_state="ready")
     assert stale.locator("#build-b").count() == 0
+    assert stale.locator(".offline-note").text_content() == "Available offline: you are reading the saved copy."
     # build B is deployed at the same address; the network is back
     swap_build(root, "index.html", "build-b")
     new_name = cache_name(root)

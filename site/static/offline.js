@@ -39,6 +39,8 @@
       a.textContent = "reload";
       a.addEventListener("click", function (e) { e.preventDefault(); location.reload(); });
       note.append(a, ".");
+    } else if (m.state === "ready" && m.offline) {
+      say("ready", "Available offline: you are reading the saved copy.");
     } else if (m.state === "ready") {
       say("ready", "Available offline: every chapter and its live figures open without a network.");
     } else if (m.state === "failed") {

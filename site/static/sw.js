@@ -23,7 +23,8 @@
 // Every Cache Storage call has a time limit; one that hangs marks storage unusable for
 // this worker's life and everything goes to the network. Nothing is fetched from any
 // other host. Messages to pages: {type: "offline", state: "saving" | "ready" | "failed",
-// done, total, bytes, totalBytes, updated, reload, message}.
+// done, total, bytes, totalBytes, updated, reload, offline (the network is unreachable),
+// stale (a newer build could not be saved; the older copy stays), message}.
 
 const PREFIX = "guide-";
 const ROOT = new URL("./", self.location.href).href;      // the site's root folder
@@ -144,7 +145,8 @@ function sync() {
     await copyBuild(m);
   })().catch(async (e) => {
     console.warn(`the guide was not saved for offline reading: ${e.message}`);
-    await broadcast({ state: "failed", message: e.message });
+    // a copy saved before still reads offline; the next page opened online tries again
+    await broadcast(current ? { state: "ready", stale: true } : { state: "failed", message: e.message });
   }).finally(() => { syncing = null; });
   return syncing;
 }

@@ -15,27 +15,61 @@ import signal
 import time
 from pathlib import Path
 
-from builder.common import log, sha256_file
+from builder import common
+from builder.common import log, sha256_bytes, sha256_file
 from builder.runtime import PYODIDE_VERSION
 from builder.wheels import wheel_problem
 
-# what precompress writes a .gz copy of (and the server then sends to browsers accepting gzip)
+# what precompress writes .gz and .br copies of (the server then sends the smallest copy
+# the browser accepts; see builder/serve.py)
 COMPRESSIBLE = {".html", ".js", ".mjs", ".css", ".json", ".wasm", ".svg", ".txt", ".map"}
 GZIP_MIN_BYTES = 8192
+# brotli at its best (quality 11) is slow (about 2.5 s per MB here), so its output is kept
+# in the cache by the input's sha256: a vendored runtime file is compressed once. Files
+# over BROTLI_LARGE_BYTES (a memory snapshot) get quality 9 with a 16 MB window instead.
+BROTLI_LARGE_BYTES = 16 << 20
+
+
+def brotli_copy(data: bytes) -> bytes:
+    """`data` compressed with brotli (deterministic: same input, same bytes), from the cache
+    when a copy there decompresses to `data`."""
+    import brotli
+
+    large = len(data) > BROTLI_LARGE_BYTES
+    params = {"quality": 9, "lgwin": 24} if large else {"quality": 11}
+    cached = common.CACHE / "brotli" / f"{sha256_bytes(data)}-q{params['quality']}.br"
+    with contextlib.suppress(OSError, brotli.error):
+        packed = cached.read_bytes()
+        if brotli.decompress(packed) == data:
+            return packed
+    packed = brotli.compress(data, **params)
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = sibling(cached, "tmp")
+        tmp.write_bytes(packed)
+        os.replace(tmp, cached)
+    return packed
 
 
 def precompress(out: Path) -> None:
-    """gzip copies (.gz) of the large text and wasm files, for hosts that serve them as is."""
+    """gzip (.gz) and brotli (.br) copies of the large text and wasm files, for hosts that
+    serve them as they are; a .br copy only where it is smaller than the .gz one."""
     import gzip
-    n = 0
+    n = n_br = 0
     for p in sorted(out.rglob("*")):
         if p.is_file() and p.suffix in COMPRESSIBLE and p.stat().st_size >= GZIP_MIN_BYTES:
             data = p.read_bytes()
-            with open(p.with_name(p.name + ".gz"), "wb") as f:
+            gz_path = p.with_name(p.name + ".gz")
+            with open(gz_path, "wb") as f:
                 with gzip.GzipFile(filename="", mode="wb", fileobj=f, compresslevel=9, mtime=0) as gz:
                     gz.write(data)
             n += 1
+            br = brotli_copy(data)
+            if len(br) < gz_path.stat().st_size:
+                p.with_name(p.name + ".br").write_bytes(br)
+                n_br += 1
     log(f"{n} files", "*.gz (gzip -9 copies)")
+    log(f"{n_br} files", "*.br (brotli copies, where smaller than the .gz)")
 
 
 def write_manifest(out: Path) -> None:

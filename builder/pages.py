@@ -245,10 +245,13 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
     log("chapters", "chapters.json")
     static = out / "static"
     shutil.copytree(common.SITE_SRC / "static", static)
+    # the service worker at the site's root, so that its scope is the whole site
+    (static / "sw.js").rename(out / "sw.js")
     for p in sorted(static.rglob("*")):
         if p.is_file():
             log(str((common.SITE_SRC / "static" / p.relative_to(static)).relative_to(ROOT)),
                 str(p.relative_to(out)))
+    log("site/static/sw.js", "sw.js")
 
 
 def select_chapters(chapters: list[Chapter], only: list[int] | None) -> list[Chapter]:

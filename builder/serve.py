@@ -1,5 +1,5 @@
 """The local server for the built site (build.py --serve, and the browser tests): static
-files, with the build's .gz copies sent to browsers that accept gzip."""
+files, with the build's precompressed copies (.br, .gz) sent to browsers that accept them."""
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +13,12 @@ from pathlib import Path
 
 from builder.common import BuildError
 
-def accepts_gzip(header: str) -> bool:
-    """Whether an Accept-Encoding header accepts gzip: listed (or "*" when gzip is not) with q > 0."""
+# the precompressed copies the build writes, in order of preference (smaller first)
+ENCODINGS = (("br", ".br"), ("gzip", ".gz"))
+
+
+def coding_weights(header: str) -> dict[str, float]:
+    """An Accept-Encoding header's codings (lower-case) and their q values (1 when not given)."""
     weights = {}
     for part in header.split(","):
         coding, *params = (x.strip() for x in part.split(";"))
@@ -28,11 +32,39 @@ def accepts_gzip(header: str) -> bool:
                     q = 0.0
         if coding:
             weights[coding.lower()] = q
-    return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
+    return weights
+
+
+def accepts(header: str, coding: str) -> float:
+    """The q value an Accept-Encoding header gives `coding` ("x-gzip" counts as gzip; "*"
+    stands for any coding not listed); 0 when refused or not accepted."""
+    weights = coding_weights(header)
+    names = (coding, "x-gzip") if coding == "gzip" else (coding,)
+    for name in names:
+        if name in weights:
+            return weights[name]
+    return weights.get("*", 0.0)
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether an Accept-Encoding header accepts gzip: listed (or "*" when gzip is not) with q > 0."""
+    return accepts(header, "gzip") > 0
+
+
+def choose_encoding(header: str, available: list[str]) -> str | None:
+    """The coding to send, of the `available` copies (e.g. ["br", "gzip"]): the one the
+    header weighs highest, brotli on a tie; None for the file as it is."""
+    best, best_q = None, 0.0
+    for coding, _ in ENCODINGS:
+        q = accepts(header, coding) if coding in available else 0.0
+        if q > best_q:
+            best, best_q = coding, q
+    return best
 
 
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """A static file handler that serves the build's .gz copies to browsers that accept gzip."""
+    """A static file handler that serves the build's precompressed copies (.br, .gz) to
+    browsers that accept them, as the file's own type with Content-Encoding and Vary."""
 
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".wasm": "application/wasm", ".mjs": "text/javascript", ".js": "text/javascript",
@@ -43,19 +75,23 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         self.vary = False
         try:
             path = Path(self.translate_path(self.path))
-            gz = path.with_name(path.name + ".gz")
-            self.vary = path.is_file() and gz.is_file()     # this URL has two encodings
-            if not (self.vary and accepts_gzip(self.headers.get("Accept-Encoding", ""))):
+            copies = {}
+            if path.is_file():
+                copies = {coding: path.with_name(path.name + suffix) for coding, suffix in ENCODINGS
+                          if path.with_name(path.name + suffix).is_file()}
+            self.vary = bool(copies)          # this URL has more than one encoding
+            coding = choose_encoding(self.headers.get("Accept-Encoding", ""), list(copies))
+            if coding is None:
                 return super().send_head()
-            stat = gz.stat()
+            stat = copies[coding].stat()
         except OSError:         # e.g. a path segment longer than the file system allows
             self.send_error(404, "File not found")
             return None
-        return self.send_gzip(path, gz, stat)
+        return self.send_encoded(path, coding, copies[coding], stat)
 
-    def send_gzip(self, path: Path, gz: Path, stat: os.stat_result):
-        """200 with the .gz copy (or 304 if the browser has it), as the file's own type."""
-        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    def send_encoded(self, path: Path, coding: str, copy: Path, stat: os.stat_result):
+        """200 with the precompressed copy (or 304 if the browser has it), as the file's own type."""
+        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}-{coding}"'
         modified = self.date_time_string(int(stat.st_mtime))
         if self.headers.get("If-None-Match") == etag or (
                 "If-None-Match" not in self.headers and self.headers.get("If-Modified-Since") == modified):
@@ -65,12 +101,12 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
             return None
         self.send_response(200)
         self.send_header("Content-Type", self.guess_type(str(path)))
-        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Encoding", coding)
         self.send_header("Content-Length", str(stat.st_size))
         self.send_header("ETag", etag)
         self.send_header("Last-Modified", modified)
         self.end_headers()
-        return open(gz, "rb")
+        return open(copy, "rb")
 
     def end_headers(self):
         self.send_header("Cache-Control", "no-cache")    # revalidate: a rebuilt site is seen at once

@@ -1,0 +1,88 @@
+// Offline reading: registers the guide's service worker (sw.js at the site's root) once the
+// page's figures are live (or have failed), when the browser is idle, so saving the guide
+// never competes with the first load; then shows what the worker reports in a small note
+// ("Saving the guide for offline reading: 40%", "Available offline", "A newer version of
+// the guide is available: reload"). Where service workers are unavailable (a page opened
+// from file://, an insecure origin, a browser without them) it does nothing.
+(function () {
+  "use strict";
+  var sw = navigator.serviceWorker;
+  var root = new URL("../", document.currentScript.src).href;   // this file is static/offline.js
+  if (!sw || !/^https?:$/.test(location.protocol) || !location.href.startsWith(root)) return;
+  var WAIT_MS = 60000;   // register at the latest this long after the page loaded
+
+  var note = null;
+  function say(state, text) {
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "offline-note";
+      note.setAttribute("role", "status");
+      (document.querySelector("header.top") || document.querySelector("main") || document.body).append(note);
+    }
+    note.dataset.offline = state;
+    note.textContent = text;
+  }
+  var MB = function (n) { return (n / 1e6).toFixed(1); };
+
+  sw.addEventListener("message", function (event) {
+    var m = event.data;
+    if (!m || m.type !== "offline") return;
+    document.documentElement.dataset.offline = m.state;
+    if (m.state === "saving") {
+      var pct = m.totalBytes ? Math.floor((100 * m.bytes) / m.totalBytes) : 0;
+      say("saving", "Saving the guide for offline reading: " + pct + "% (" + MB(m.bytes) + " of " + MB(m.totalBytes) + " MB).");
+    } else if (m.state === "ready" && m.reload) {
+      say("reload", "");
+      note.append("A newer version of the guide is available: ");
+      var a = document.createElement("a");
+      a.href = location.href;
+      a.textContent = "reload";
+      a.addEventListener("click", function (e) { e.preventDefault(); location.reload(); });
+      note.append(a, ".");
+    } else if (m.state === "ready" && m.offline) {
+      say("ready", "Available offline: you are reading the saved copy.");
+    } else if (m.state === "ready") {
+      say("ready", "Available offline: every chapter and its live figures open without a network.");
+    } else if (m.state === "failed") {
+      say("failed", "Not saved for offline reading (" + m.message + ").");
+    }
+  });
+
+  function register() {
+    sw.register(root + "sw.js", { scope: root }).then(function () {
+      return sw.ready;
+    }).then(function (reg) {
+      reg.active.postMessage({ type: "sync" });
+    }).catch(function (e) {
+      console.info("offline reading unavailable: " + e);
+    });
+  }
+
+  function whenIdle() {
+    if (window.requestIdleCallback) requestIdleCallback(register, { timeout: 5000 });
+    else setTimeout(register, 1000);
+  }
+
+  // Wait until every figure is live or has failed (a page without figures: its load).
+  var started = false;
+  function start() {
+    if (started) return;
+    started = true;
+    observer.disconnect();
+    whenIdle();
+  }
+  function settled() {
+    var figs = document.querySelectorAll("[data-figure]");
+    for (var i = 0; i < figs.length; i++) {
+      var s = figs[i].dataset.state;
+      if (s !== "live" && s !== "error") return false;
+    }
+    return document.readyState === "complete";
+  }
+  var observer = new MutationObserver(function () { if (settled()) start(); });
+  observer.observe(document.documentElement, { subtree: true, attributes: true, attributeFilter: ["data-state"] });
+  window.addEventListener("load", function () {
+    if (settled()) start();
+    setTimeout(start, WAIT_MS);
+  });
+})();

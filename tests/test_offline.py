@@ -1,0 +1,195 @@
+"""Offline reading (site/static/sw.js, site/static/offline.js), in headless Chromium.
+
+One visit saves the whole build into Cache Storage; then, with the server gone and the
+browser offline, every chapter's figures go live and the other pages open. A new build
+(a changed MANIFEST.json) replaces the saved copy, and a Cache Storage that hangs or
+refuses leaves the pages working. Each test has a browser profile and a server of its own,
+so no service worker outlives it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder import output
+from builder.serve import serving
+from tests.browser import attach, chromium_context, wait_states
+from tests.conftest import built_chapters
+
+pytestmark = pytest.mark.browser
+
+CHAPTERS = built_chapters()
+FIRST = next(c for c in CHAPTERS if c["figures"])       # the chapter visited online
+
+OFFLINE_JS = "() => document.documentElement.dataset.offline"
+CACHES_JS = "() => caches.keys()"
+CACHED_URLS_JS = """async (name) => (await (await caches.open(name)).keys()).map(r => r.url)"""
+
+
+def cache_name(site: Path) -> str:
+    return "guide-" + hashlib.sha256((site / "MANIFEST.json").read_bytes()).hexdigest()[:20]
+
+
+def offline_files(site: Path) -> list[str]:
+    """What the saved copy must hold: every file of the manifest but the .gz/.br copies."""
+    files = json.loads((site / "MANIFEST.json").read_text())["files"]
+    return sorted(p for p in files if not (p.endswith((".gz", ".br")) and p.rsplit(".", 1)[0] in files))
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p, chromium_context(p) as ctx:
+        yield ctx
+
+
+def visit(ctx, url: str, figure_ids: list[str], offline_state: str | None = "ready"):
+    """Open `url`, wait for its figures to be live and (if given) for the offline note's state."""
+    page = ctx.new_page()
+    log = attach(page, url.split("/")[0] + "//" + url.split("/")[2] + "/")
+    page.goto(url)
+    if figure_ids:
+        assert wait_states(page, figure_ids, timeout_s=180) == {f: "live" for f in figure_ids}
+    if offline_state:
+        page.wait_for_function(f"({OFFLINE_JS})() === {json.dumps(offline_state)}", timeout=120000, polling=100)
+    return page, log
+
+
+def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
+    with serving(site_dir) as base:
+        page, log = visit(browser, base + FIRST["file"], FIRST["figures"])
+        note = page.locator(".offline-note")
+        assert note.is_visible() and note.text_content().startswith("Available offline")
+        name = cache_name(site_dir)
+        assert page.evaluate(CACHES_JS) == [name]
+        cached = sorted(u[len(base):] for u in page.evaluate(CACHED_URLS_JS, name))
+        assert cached == sorted(offline_files(site_dir) + ["MANIFEST.json"])
+        assert log.errors() == [] and log.failed == [] and log.off_site() == []
+        page.close()
+    # the server is gone and the browser offline: nothing can come from the network
+    browser.set_offline(True)
+    for c in CHAPTERS:
+        page, log = visit(browser, base + c["file"], c["figures"], offline_state=None)
+        assert page.locator("h1").first.text_content().strip().endswith(c["title"]), c["file"]
+        page.wait_for_timeout(100)
+        assert log.errors() == [], (c["file"], log.errors())
+        page.close()
+    for name, heading in (("references.html", "References"), ("index.html", "LLM inference, live"), ("", "LLM inference, live")):
+        page, log = visit(browser, base + name, [], offline_state=None)
+        assert page.locator("h1").first.text_content() == heading
+        assert page.locator("main a").count() > 10
+        page.close()
+    # a figure on its own page, as a slide embeds it (the address's query is not part of the key)
+    fid = FIRST["figures"][0]
+    page, log = visit(browser, f"{base}figure-{fid}.html?embed=1", [fid], offline_state=None)
+    assert page.evaluate("document.documentElement.classList.contains('embed')")
+    assert not page.locator(".offline-note").is_visible()
+    page.close()
+
+
+def swap_build(root: Path, page: str, marker: str) -> None:
+    """Turn the site in `root` into another build: `page` changed, its precompressed copies
+    gone, MANIFEST.json rewritten (as a deploy of a new build would)."""
+    p = root / page
+    p.write_text(p.read_text().replace("</main>", f'<p id="{marker}">{marker}</p>\n</main>', 1))
+    for suffix in (".gz", ".br"):
+        p.with_name(p.name + suffix).unlink(missing_ok=True)
+    (root / "MANIFEST.json").unlink()
+    output.write_manifest(root)
+
+
+@contextlib.contextmanager
+def serving_on(root: Path, port: int):
+    with serving(root, port) as base:
+        yield base
+
+
+def test_a_new_build_replaces_the_saved_copy(browser, site_dir, tmp_path):
+    root = tmp_path / "site"
+    shutil.copytree(site_dir, root)
+    chapter = FIRST
+    old_name = cache_name(root)
+    with serving(root) as base:
+        port = int(base.split(":")[-1].rstrip("/"))
+        page, _ = visit(browser, base + chapter["file"], chapter["figures"])
+        assert page.evaluate(CACHES_JS) == [old_name]
+        page.close()
+    # offline, a page comes from the saved copy of build A
+    browser.set_offline(True)
+    stale, _ = visit(browser, base + "index.html", [], offline_state="ready")
+    assert stale.locator("#build-b").count() == 0
+    assert stale.locator(".offline-note").text_content() == "Available offline: you are reading the saved copy."
+    # build B is deployed at the same address; the network is back
+    swap_build(root, "index.html", "build-b")
+    new_name = cache_name(root)
+    assert new_name != old_name
+    browser.set_offline(False)
+    with serving_on(root, port) as base:
+        page, log = visit(browser, base + "index.html", [])
+        assert page.locator("#build-b").count() == 1          # a page opened online is the newest
+        assert page.evaluate(CACHES_JS) == [new_name]          # the old copy is gone
+        cached = sorted(u[len(base):] for u in page.evaluate(CACHED_URLS_JS, new_name))
+        assert cached == sorted(offline_files(root) + ["MANIFEST.json"])
+        # the page that was opened from the old copy is told to reload
+        stale.wait_for_function("document.querySelector('.offline-note')?.dataset.offline === 'reload'", timeout=30000)
+        assert stale.locator(".offline-note").text_content().startswith("A newer version of the guide is available")
+        assert stale.locator(".offline-note a").text_content() == "reload"
+        assert log.errors() == [] and log.failed == []
+        page.close()
+        stale.close()
+    # offline again: build B's page, and a chapter whose files were kept from build A goes live
+    browser.set_offline(True)
+    page, _ = visit(browser, base + "index.html", [], offline_state=None)
+    assert page.locator("#build-b").count() == 1
+    page.close()
+    page, log = visit(browser, base + chapter["file"], chapter["figures"], offline_state=None)
+    assert log.errors() == []
+    page.close()
+
+
+# Cache Storage that never answers, or refuses (as when the disk quota is used up)
+STUBS = {
+    "hangs": "caches.open = () => new Promise(() => {}); caches.keys = () => new Promise(() => {});\n",
+    "refuses": ("caches.open = () => Promise.reject(new DOMException('quota', 'QuotaExceededError'));\n"
+                "caches.keys = () => Promise.reject(new DOMException('denied', 'SecurityError'));\n"),
+}
+
+
+@pytest.mark.parametrize("fault", list(STUBS))
+def test_a_failing_cache_storage_leaves_the_pages_working(browser, site_dir, tmp_path, fault):
+    root = tmp_path / "site"
+    root.mkdir()
+    for p in site_dir.iterdir():                       # the same site, but for sw.js (and its copies)
+        if not p.name.startswith("sw.js"):
+            os.symlink(p, root / p.name)
+    (root / "sw.js").write_text(STUBS[fault] + (site_dir / "sw.js").read_text())
+    chapter = FIRST
+    with serving(root) as base:
+        page, log = visit(browser, base + chapter["file"], chapter["figures"], offline_state="failed")
+        assert page.locator(".offline-note").text_content().startswith("Not saved for offline reading")
+        assert log.errors() == []
+        page.close()
+        # the worker now answers every request: they go to the network
+        page, log = visit(browser, base + chapter["file"], chapter["figures"], offline_state="failed")
+        assert page.evaluate("navigator.serviceWorker.controller !== null")
+        assert log.errors() == [] and log.failed == [] and log.off_site() == []
+        page.close()
+
+
+def test_pages_opened_from_a_file_work_without_the_service_worker(browser, site_dir):
+    page = browser.new_page()
+    log = attach(page, site_dir.as_uri() + "/")
+    page.goto((site_dir / "references.html").as_uri())
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(500)
+    assert page.evaluate("navigator.serviceWorker?.controller ?? null") is None
+    assert page.locator(".offline-note").count() == 0
+    assert log.errors() == []
+    page.close()

@@ -127,6 +127,10 @@ MAX_EFFICIENCY = 4.0   # an efficiency this high means "never the limit" (the ot
 MAX_SCORE_TRAFFIC = 16.0   # passes of the score matrix through memory, at most
 
 
+def _exp(theta: float) -> float:
+    return float(np.exp(min(theta, 200.0)))      # no overflow where Nelder-Mead wanders far
+
+
 def _efficiency(theta: float) -> float:
     return float(min(max(np.exp(theta), 1e-6), MAX_EFFICIENCY))
 
@@ -191,12 +195,15 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
     n = np.array([p["shape"]["n"] for p in points], dtype=float)
     k = np.array([p["shape"]["k"] for p in points], dtype=float)
     t = np.array([p["time_s"] for p in points])
+    # m_fixed stays within the token counts timed: beyond them fixed_m m / (m + m_fixed)
+    # is a cost per token, not a start-up, and fixed_m could grow without bound with it
+    max_m = float(np.max(m))
 
     def params(theta, tile_m, tile_n):
         return kernel_model.GemmShapeParams(
             _efficiency(theta[0]), _efficiency(theta[1]), tile_m, tile_n, _smoothness(theta[2]),
             half_rate_tokens=float(np.exp(theta[3])), fixed_s=float(np.exp(theta[4])),
-            fixed_m_s=float(np.exp(theta[5])), fixed_half_tokens=float(np.exp(theta[6])),
+            fixed_m_s=float(np.exp(theta[5])), fixed_half_tokens=min(_exp(theta[6]), max_m),
             k_step_s=float(np.exp(theta[7])))
 
     def make_loss(tile_m, tile_n):

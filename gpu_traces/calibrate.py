@@ -2,6 +2,8 @@
 
     python -m gpu_traces.calibrate            # all traces under gpu_traces/traces/
     python -m gpu_traces.calibrate --check    # exit 1 if the shipped files are out of date
+    python -m gpu_traces.calibrate --report   # the leave-one-out tables of the shipped files
+    python -m gpu_traces.calibrate --residuals  # every imported linear layer's held-out miss
 
 What is fitted (the formulas live in sim/kernel_model.py, shared with the simulations):
 
@@ -11,7 +13,8 @@ What is fitted (the formulas live in sim/kernel_model.py, shared with the simula
 2. Launch overhead and bandwidth: a straight line t = launch + bytes / BW through the
    copy sweep, least squares on the relative error.
 3. FLOP/s per dtype: the best square GEMM, after its launch overhead.
-4. GEMM shape terms per dtype (alpha, beta, tile_m, tile_n, p, m_half, fixed): Nelder-Mead on the mean
+4. GEMM shape terms per dtype (alpha, beta, tile_m, tile_n, p, m_half, fixed, fixed_m,
+   m_fixed, k_step): Nelder-Mead on the mean
    log error (soft-L1, so a disturbed point cannot drag the fit) for every tile pair of
    a small grid; the best pair wins.
 5. Attention per SDPA backend (alpha, beta, p, fixed cost, passes of the score matrix
@@ -51,6 +54,7 @@ TILE_N_GRID = (1, 32, 64, 128, 256)
 GPU_TILE_M_GRID = (16, 32, 64, 128)           # a GPU (64 SMs or more): the tiles its GEMM kernels use
 GPU_TILE_N_GRID = (64, 128, 256)
 STREAMING_BYTES = 128 * 2**20                 # imported residual adds this large stream from HBM
+GRID_ITERATIONS = 300                         # Nelder-Mead steps of the quick fit that ranks tiles
 MAX_SMOOTHNESS = 64.0                         # p beyond this is a sharp max in practice
 SIG_DIGITS = 6
 
@@ -123,6 +127,10 @@ MAX_EFFICIENCY = 4.0   # an efficiency this high means "never the limit" (the ot
 MAX_SCORE_TRAFFIC = 16.0   # passes of the score matrix through memory, at most
 
 
+def _exp(theta: float) -> float:
+    return float(np.exp(min(theta, 200.0)))      # no overflow where Nelder-Mead wanders far
+
+
 def _efficiency(theta: float) -> float:
     return float(min(max(np.exp(theta), 1e-6), MAX_EFFICIENCY))
 
@@ -178,46 +186,67 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
     """Shape terms of one dtype's GEMMs.
 
     Every tile pair of the grid gets a quick fit; the two best are then fitted again
-    from several starting corners (p = 1.5, 4, 16) and the best result wins.
+    from several starting corners (p = 1.5, 4, 16) and the best result wins. The
+    parameters (theta, all logs): alpha, beta, p, m_half, fixed, fixed_m, m_fixed, k_step.
     """
     fl = np.array([p["flops"] for p in points])
     nb = np.array([p["bytes"] for p in points])
     m = np.array([p["shape"]["m"] for p in points], dtype=float)
     n = np.array([p["shape"]["n"] for p in points], dtype=float)
+    k = np.array([p["shape"]["k"] for p in points], dtype=float)
     t = np.array([p["time_s"] for p in points])
+    # m_fixed stays within the token counts timed: beyond them fixed_m m / (m + m_fixed)
+    # is a cost per token, not a start-up, and fixed_m could grow without bound with it
+    max_m = float(np.max(m))
+
+    def params(theta, tile_m, tile_n):
+        return kernel_model.GemmShapeParams(
+            _efficiency(theta[0]), _efficiency(theta[1]), tile_m, tile_n, _smoothness(theta[2]),
+            half_rate_tokens=float(np.exp(theta[3])), fixed_s=float(np.exp(theta[4])),
+            fixed_m_s=float(np.exp(theta[5])), fixed_half_tokens=min(_exp(theta[6]), max_m),
+            k_step_s=float(np.exp(theta[7])))
 
     def make_loss(tile_m, tile_n):
+        wave = kernel_model.tile_wave_efficiency(m, n, tile_m, tile_n, units)
+
         def loss(theta):
-            params = kernel_model.GemmShapeParams(_efficiency(theta[0]), _efficiency(theta[1]),
-                                             tile_m, tile_n, _smoothness(theta[2]),
-                                             float(np.exp(theta[3])), float(np.exp(theta[4])))
-            return _log_loss(params.time_s(fl, nb, m, n, bandwidth_bytes_per_s=bw,
-                                           flops_per_s=flops_per_s, launch_overhead_s=launch,
-                                           compute_units=units), t)
+            return _log_loss(params(theta, tile_m, tile_n).time_s(
+                fl, nb, m, n, k, bandwidth_bytes_per_s=bw, flops_per_s=flops_per_s,
+                launch_overhead_s=launch, compute_units=units, tile_wave=wave), t)
         return loss
 
-    fixed0 = np.log(0.1 * float(np.min(t)))        # a tenth of the fastest GEMM; may shrink to 0
+    # the fixed costs start at a twentieth of the fastest GEMM each, the walk along K at a
+    # tenth of it for the median depth; each may shrink to 0
+    fixed0 = np.log(0.05 * float(np.min(t)))
+    step0 = np.log(0.1 * float(np.min(t)) / float(np.median(k)))
+
+    def start(p0):
+        return [0.0, 0.0, np.log(p0), np.log(4.0), fixed0, fixed0, np.log(64.0), step0]
     grid_m, grid_n = (TILE_M_GRID, TILE_N_GRID) if units < 64 else (GPU_TILE_M_GRID, GPU_TILE_N_GRID)
     first = []
     for tile_m in grid_m:
         for tile_n in grid_n:
-            _, val = nelder_mead(make_loss(tile_m, tile_n),
-                                 [0.0, 0.0, np.log(4.0), np.log(4.0), fixed0])
+            _, val = nelder_mead(make_loss(tile_m, tile_n), start(4.0), max_iter=GRID_ITERATIONS)
             first.append((val, tile_m, tile_n))
     first.sort(key=lambda x: x[0])                    # stable: grid order breaks ties
     best = None
     for _, tile_m, tile_n in first[:2]:
-        starts = [[0.0, 0.0, np.log(p0), np.log(4.0), fixed0] for p0 in (1.5, 4.0, 16.0)]
-        theta, val = _polish(make_loss(tile_m, tile_n), starts)
+        theta, val = _polish(make_loss(tile_m, tile_n), [start(p0) for p0 in (1.5, 4.0, 16.0)])
         if best is None or val < best[0] - 1e-12:
             best = (val, theta, tile_m, tile_n)
     _, theta, tile_m, tile_n = best
-    m_half = float(np.exp(theta[3]))
-    fixed = float(np.exp(theta[4]))
-    return {"compute_efficiency": sig(_efficiency(theta[0])),
-            "bandwidth_efficiency": sig(_efficiency(theta[1])), "tile_m": tile_m, "tile_n": tile_n, "smoothness": sig(_smoothness(theta[2])),
-            "half_rate_tokens": sig(m_half) if m_half > 1e-3 else 0.0,
-            "fixed_s": sig(fixed) if fixed > 1e-4 * float(np.min(t)) else 0.0}
+    g = params(theta, tile_m, tile_n)
+    tiny = 1e-4 * float(np.min(t))                    # below this a cost is reported as none
+    fixed_m = g.fixed_m_s if g.fixed_m_s > tiny else 0.0
+    return {"compute_efficiency": sig(g.compute_efficiency),
+            "bandwidth_efficiency": sig(g.bandwidth_efficiency), "tile_m": tile_m,
+            "tile_n": tile_n, "smoothness": sig(g.smoothness),
+            "half_rate_tokens": sig(g.half_rate_tokens) if g.half_rate_tokens > 1e-3 else 0.0,
+            "fixed_s": sig(g.fixed_s) if g.fixed_s > tiny else 0.0,
+            "fixed_m_s": sig(fixed_m),
+            "fixed_half_tokens": sig(g.fixed_half_tokens) if fixed_m and g.fixed_half_tokens > 1e-3
+            else 0.0,
+            "k_step_s": sig(g.k_step_s) if g.k_step_s * float(np.max(k)) > tiny else 0.0}
 
 
 def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: float) -> dict:
@@ -580,6 +609,45 @@ def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path) -> dict:
     }
 
 
+def linear_residuals(traces_dir: Path = TRACES_DIR) -> str:
+    """Every linear layer of the imported profiles with its leave-one-model-out prediction,
+    worst first, then the errors by token count, layer and tensor-parallel degree: where the
+    model misses, for whoever works on the formula (refits every fold; about a minute per GPU).
+    """
+    groups: dict[str, list] = {}
+    for path in sorted(Path(traces_dir).rglob("*.json")):
+        trace = load_trace(path)
+        if "source" in trace and trace["device"]["catalogue_key"]:
+            groups.setdefault(trace["device"]["catalogue_key"], []).append((path, trace))
+    out = ["device,model,layer,m,n,k,tensor_parallel,measured_us,predicted_us,rel_err"]
+    summary = []
+    for key, traces in sorted(groups.items()):
+        rows = [r for _, tr in sorted(traces, key=lambda pt: str(pt[0])) for r in _imported_rows(tr)]
+        units = int(traces[0][1]["device"]["compute_units"])
+        pred, _ = leave_one_model_out(rows, units, key)
+        lin = [(r, p) for r, p in zip(rows, pred) if op_kind(r) == "linear"]
+        err = np.array([(p - r["time_s"]) / r["time_s"] for r, p in lin])
+        for i in np.argsort(-np.abs(err), kind="stable"):
+            r, p = lin[i]
+            s = r["shape"]
+            out.append(f"{key},{r['model']},{s['layer']},{s['m']},{s['n']},{s['k']},"
+                       f"{s.get('tensor_parallel', 1)},{r['time_s'] * 1e6:.4g},{p * 1e6:.4g},"
+                       f"{err[i]:+.4f}")
+
+        def line(name, mask):
+            e = np.abs(err[mask])
+            return (f"{key} {name}: n={int(mask.sum())} median {np.median(e):.1%}, "
+                    f"max {np.max(e):.1%}, over 15% {np.mean(e > 0.15):.1%}")
+        m = np.array([r["shape"]["m"] for r, _ in lin])
+        summary.append(line("all", np.ones(len(lin), dtype=bool)))
+        for lo, hi in ((1, 8), (9, 64), (65, 256), (257, 1024), (1025, 1 << 30)):
+            summary.append(line(f"m {lo}-{hi if hi < 1 << 30 else 'up'}", (m >= lo) & (m <= hi)))
+        for attr in ("layer", "tensor_parallel"):
+            vals = np.array([r["shape"].get(attr, 1) for r, _ in lin])
+            summary += [line(f"{attr} {v}", vals == v) for v in sorted(set(vals.tolist()))]
+    return "\n".join(out) + "\n\n" + "\n".join(summary) + "\n"
+
+
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(Path(root).resolve()).as_posix()
@@ -714,10 +782,14 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
 
     One row per device and op kind: points, the calibrated model's median and max
     |predicted - measured| / measured when fitted without the predicted model, and the
-    plain roofline's on the same points; then the all-reduce fits, leaving one GPU count out.
+    plain roofline's on the same points; then the linear-layer terms fitted to every model,
+    with their units; then the all-reduce fits, leaving one GPU count out.
     """
     out = ["| device | op kind | points | model median | model max | plain roofline median "
            "| plain roofline max |", "|---|---|---:|---:|---:|---:|---:|"]
+    gemm = ["| device | dtype | FLOP/s reached, alpha F (of spec) | weights streamed, beta BW (of "
+            "spec) | tile | corner p | m_half | launch | fixed | fixed_m | k_step per K element |",
+            "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     comm = ["| device | measured in | GPUs | points | median | max | latency | bus bandwidth "
             "| corner p |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for path in sorted(Path(cal_dir).glob("*.json")):
@@ -730,6 +802,19 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
             out.append(f"| {name} | {op} | {e['model']['n']} | {e['model']['median_rel_err']:.1%} "
                        f"| {e['model']['max_rel_err']:.1%} | {e['roofline']['median_rel_err']:.1%} "
                        f"| {e['roofline']['max_rel_err']:.1%} |")
+        cal = data["calibration"]
+        for dtype, g in sorted(cal["gemm"].items()):
+            spec = cal["spec"]
+            f = g["compute_efficiency"] * cal["flops_per_s"][dtype]
+            b = g["bandwidth_efficiency"] * cal["bandwidth_bytes_per_s"]
+            gemm.append(
+                f"| {name} | {dtype} | {f / 1e12:.0f} TFLOP/s ({f / spec['flops_per_s'][dtype]:.0%}) "
+                f"| {b / 1e12:.2f} TB/s ({b / spec['bandwidth_bytes_per_s']:.0%}) "
+                f"| {g['tile_m']} x {g['tile_n']} | {g['smoothness']:.3g} "
+                f"| {g['half_rate_tokens']:.3g} tokens | {cal['launch_overhead_s'] * 1e6:.2f} µs "
+                f"| {g['fixed_s'] * 1e6:.2f} µs | {g.get('fixed_m_s', 0.0) * 1e6:.2f} µs "
+                f"(half at {g.get('fixed_half_tokens', 0.0):.3g} tokens) "
+                f"| {g.get('k_step_s', 0.0) * 1e12:.0f} ps |")
         a = data["calibration"].get("allreduce")
         if a:
             e = a["fit"]["leave_one_gpu_count_out"]["all"]
@@ -738,7 +823,10 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
                         f"| {a['latency_s'] * 1e6:.1f} µs | {a['bus_bytes_per_s'] / 1e9:.0f} GB/s "
                         f"| {a['smoothness']:.3g} |")
     return ("Leave one model out (fit on every other model, predict this one):\n\n"
-            + "\n".join(out) + "\n\nAll-reduce inside one server, leave one GPU count out:\n\n"
+            + "\n".join(out) + "\n\nLinear layers, the terms fitted to every model (sim/kernel_model.py: "
+            "t = launch + fixed + fixed_m m / (m + m_fixed) + k_step k + smooth-max_p(bytes / "
+            "(beta BW), FLOPs / (alpha F eta))):\n\n" + "\n".join(gemm)
+            + "\n\nAll-reduce inside one server, leave one GPU count out:\n\n"
             + "\n".join(comm) + "\n")
 
 
@@ -751,7 +839,13 @@ def main(argv=None) -> int:
                    help="print the leave-one-out error tables of the files in --out (no refit)")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 if the files in --out differ from what the traces give")
+    p.add_argument("--residuals", action="store_true",
+                   help="print every imported linear layer's leave-one-model-out error, worst "
+                        "first, and a summary by token count, layer and tensor-parallel degree")
     args = p.parse_args(argv)
+    if args.residuals:
+        print(linear_residuals(args.traces), end="")
+        return 0
     if args.report:
         print(quality_report(args.out), end="")
         return 0

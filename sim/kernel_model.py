@@ -11,15 +11,19 @@ for a GPU (`sim.calibration.for_gpu`).
 The model, in a few sentences (the one formula both the fit and the figures use):
 
 * plain roofline:  t = launch + max(bytes / BW, FLOPs / F)          (`op_time_s`)
-* GEMM:            t = launch + fixed + smax_p(bytes / (beta BW), FLOPs / (alpha F eta(m, n)))
+* GEMM:            t = launch + fixed(m) + k_step k + smax_p(bytes / (beta BW), FLOPs / (alpha F eta(m, n)))
   where smax_p(a, b) = (a^p + b^p)^(1/p) rounds the roofline's corner (p -> inf is max),
   beta is the share of copy bandwidth a GEMM streams its weights at, alpha the share of
   the big-GEMM FLOP/s it reaches, and eta(m, n) the share of useful work once the
   (m, n) output is padded to whole tile_m x tile_n tiles and the tiles are dealt out
   in whole waves over the chip's compute units (SMs on a GPU, threads on a CPU; K is
   split when there are fewer tiles than units), times m / (m + m_half) for the multiply
-  units a GEMM with few tokens leaves idle, and fixed the GEMM kernel's own start-up and
-  tail (a small GEMM cannot keep enough bytes in flight to stream at full bandwidth);
+  units a GEMM with few tokens leaves idle. fixed(m) = fixed + fixed_m m / (m + m_fixed)
+  is the kernel's own start-up and tail: a GEMM of a handful of tokens runs as a light
+  kernel, and the tiled tensor-core kernels that take over as m grows cost fixed_m more
+  to start and drain. k_step k is the latency of walking the K dimension: each step of
+  the main loop waits on the loads of the one before, which a GEMM with little work per
+  unit cannot hide behind other tiles (k_step is seconds per element of K);
 * attention:       the same smooth roofline with its own alpha, beta, p and a fixed
                    start-up cost per SDPA backend; an unfused backend also moves the
                    score matrix (batch x heads x queries x keys) through memory a fitted
@@ -112,20 +116,34 @@ class GemmShapeParams:
     smoothness: float             # p of smooth_max; larger = sharper roofline corner
     half_rate_tokens: float = 0.0  # m_half: with m tokens the math runs m / (m + m_half) as fast
     fixed_s: float = 0.0          # a GEMM kernel's own start-up and tail beyond one launch, s
+    fixed_m_s: float = 0.0        # extra start-up of the kernels used with many tokens, s
+    fixed_half_tokens: float = 0.0  # m_fixed: with m tokens, fixed_m_s x m / (m + m_fixed) is paid
+    k_step_s: float = 0.0         # serial latency per element of K (the main loop's steps), s
 
-    def efficiency(self, m, n, compute_units):
-        """Share of alpha x F a GEMM with output (m x n) reaches: tiles, waves, few tokens."""
+    def efficiency(self, m, n, compute_units, tile_wave=None):
+        """Share of alpha x F a GEMM with output (m x n) reaches: tiles, waves, few tokens.
+        `tile_wave` is `tile_wave_efficiency` of these shapes when already known (a fit
+        that tries many parameters on the same tiles)."""
         m = np.asarray(m, dtype=float)
-        return (tile_wave_efficiency(m, n, self.tile_m, self.tile_n, compute_units)
-                * m / (m + self.half_rate_tokens))
+        if tile_wave is None:
+            tile_wave = tile_wave_efficiency(m, n, self.tile_m, self.tile_n, compute_units)
+        return tile_wave * m / (m + self.half_rate_tokens)
 
-    def time_s(self, flops, nbytes, m, n, *, bandwidth_bytes_per_s, flops_per_s,
-               launch_overhead_s, compute_units):
-        """Predicted seconds for GEMMs with output (m x n) doing `flops` and moving `nbytes`."""
+    def overhead_s(self, m, k):
+        """The kernel's time beyond one launch that no roofline term explains: its start-up
+        and tail (larger for the kernels used with many tokens) and the walk along K."""
+        m = np.asarray(m, dtype=float)
+        grow = m / (m + self.fixed_half_tokens) if self.fixed_half_tokens > 0 else 1.0
+        return self.fixed_s + self.fixed_m_s * grow + self.k_step_s * np.asarray(k, dtype=float)
+
+    def time_s(self, flops, nbytes, m, n, k, *, bandwidth_bytes_per_s, flops_per_s,
+               launch_overhead_s, compute_units, tile_wave=None):
+        """Predicted seconds for GEMMs with output (m x n) and depth k doing `flops` and
+        moving `nbytes`."""
         mem = np.asarray(nbytes, dtype=float) / (bandwidth_bytes_per_s * self.bandwidth_efficiency)
-        eta = self.efficiency(m, n, compute_units)
+        eta = self.efficiency(m, n, compute_units, tile_wave)
         comp = np.asarray(flops, dtype=float) / (flops_per_s * self.compute_efficiency * eta)
-        return launch_overhead_s + self.fixed_s + smooth_max(mem, comp, self.smoothness)
+        return launch_overhead_s + self.overhead_s(m, k) + smooth_max(mem, comp, self.smoothness)
 
 
 @dataclass(frozen=True)
@@ -252,7 +270,8 @@ class Calibration:
             peak = self.flops(dtype)
             return self.launch_overhead_s + np.maximum(nbytes / self.bandwidth_bytes_per_s,
                                                        flops / peak)
-        return params.time_s(flops, nbytes, m, n, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+        return params.time_s(flops, nbytes, m, n, k,
+                             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
                              flops_per_s=self.flops(dtype),
                              launch_overhead_s=self.launch_overhead_s,
                              compute_units=self.compute_units)
@@ -343,7 +362,8 @@ def predict_s(cal: Calibration, kind: str, flops, nbytes, dtype: str, *, shape=N
             return roofline_s(cal, flops, nbytes, dtype)
         m = np.array([s["m"] for s in shape], dtype=float)
         n = np.array([s["n"] for s in shape], dtype=float)
-        return params.time_s(flops, nbytes, m, n, bandwidth_bytes_per_s=cal.bandwidth_bytes_per_s,
+        k = np.array([s["k"] for s in shape], dtype=float)
+        return params.time_s(flops, nbytes, m, n, k, bandwidth_bytes_per_s=cal.bandwidth_bytes_per_s,
                              flops_per_s=cal.flops(dtype),
                              launch_overhead_s=cal.launch_overhead_s,
                              compute_units=cal.compute_units)

@@ -21,7 +21,9 @@ TRUTH = kernel_model.Calibration(
     device="made-up Hopper", source="trace", bandwidth_bytes_per_s=4.0e12,
     flops_per_s={"bf16": 7.0e14, "fp8": 1.3e15}, launch_overhead_s=3e-6, note="",
     gemm={"bf16": kernel_model.GemmShapeParams(0.9, 0.8, 128, 128, 3.0, half_rate_tokens=8.0),
-          "fp8": kernel_model.GemmShapeParams(0.85, 0.75, 64, 256, 2.5)},
+          "fp8": kernel_model.GemmShapeParams(0.85, 0.75, 64, 256, 2.5, fixed_s=1e-6,
+                                              fixed_m_s=3e-6, fixed_half_tokens=32.0,
+                                              k_step_s=2e-10)},
     attention={"flash": kernel_model.RooflineParams(0.6, 0.7, 4.0, 5e-6),
                "efficient": kernel_model.RooflineParams(0.45, 0.6, 3.0, 8e-6),
                "math": kernel_model.RooflineParams(0.2, 0.3, 2.0, 2e-5, score_traffic=3.0)},
@@ -63,6 +65,13 @@ def test_fit_recovers_gemm_shape_terms(exact_fit, noisy_fit, dtype):
         assert g["smoothness"] == pytest.approx(true.smoothness, rel=5 * tol)
         assert g["half_rate_tokens"] == pytest.approx(true.half_rate_tokens, rel=10 * tol,
                                                       abs=0.5)
+        # the overheads no roofline term explains: start-up (small m, and what the kernels
+        # used with many tokens add) and the walk along K; zero where the truth has none
+        assert g["fixed_s"] == pytest.approx(true.fixed_s, rel=10 * tol, abs=1e-7)
+        assert g["fixed_m_s"] == pytest.approx(true.fixed_m_s, rel=10 * tol, abs=1e-7)
+        assert g["k_step_s"] == pytest.approx(true.k_step_s, rel=10 * tol, abs=1e-11)
+        if true.fixed_m_s:
+            assert g["fixed_half_tokens"] == pytest.approx(true.fixed_half_tokens, rel=20 * tol)
 
 
 @pytest.mark.parametrize("backend", ["flash", "efficient", "math"])

@@ -17,8 +17,10 @@ README = REPO / "README.md"
 BEGIN, END = "<!-- quality-report: begin -->", "<!-- quality-report: end -->"
 
 # Leave-one-model-out bounds for what ships (README, "How well the model predicts real GPU
-# kernels"): median and max relative error of the calibrated model on linear layers.
-LINEAR_BOUNDS = {"H100-SXM": (0.07, 0.80), "A100-80GB": (0.06, 0.50)}
+# kernels"): median and max relative error of the calibrated model on linear layers. The
+# target is 5% / 15%; the medians meet it (H100 5.1%, within a small margin), the worst
+# cases do not (library kernel choices no smooth formula follows; see the README).
+LINEAR_BOUNDS = {"H100-SXM": (0.055, 0.48), "A100-80GB": (0.05, 0.48)}
 
 
 def _lomo(key: str) -> dict:
@@ -58,6 +60,10 @@ def test_fitted_parameters_are_physical(key):
     assert 0 < g.compute_efficiency * cal.flops("fp16") / gpu.dense_flops["fp16"] <= 1
     assert 0 < g.bandwidth_efficiency * cal.bandwidth_bytes_per_s / gpu.hbm_bandwidth_bytes_per_s <= 1
     assert cal.launch_overhead_s > 0 and g.fixed_s >= 0 and g.half_rate_tokens >= 0
+    # the overheads beyond one launch: positive, and microseconds, not a fudge of milliseconds
+    assert 0 < g.fixed_s + g.fixed_m_s < 20e-6 and g.fixed_m_s >= 0 and g.fixed_half_tokens >= 0
+    assert 0 <= g.k_step_s < 1e-9            # under a nanosecond per element of K
+    assert 1 <= g.smoothness and g.tile_m >= 1 and g.tile_n >= 1
     assert cal.allreduce is not None and cal.allreduce.latency_s > 0
     assert 0 < cal.allreduce.bus_bytes_per_s < gpu.nvlink_bandwidth_bytes_per_s
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 
 import pytest
 
@@ -116,3 +117,43 @@ def test_an_unusable_snapshot_falls_back_to_the_normal_boot(chromium, site_dir, 
             assert warned, log.console
         finally:
             page.close()
+
+
+KEPT_JS = """async (id) => (await caches.has(`guide-snapshot-${id}`))
+  && (await (await caches.open(`guide-snapshot-${id}`)).keys()).length === 2"""
+SPOIL_JS = """async ([id, url, size]) => {
+  const cache = await caches.open(`guide-snapshot-${id}`);
+  await cache.put(new URL(url, location.href).href, new Response(new Uint8Array(size)));   // right size, all zeros
+}"""
+
+
+def test_the_kept_snapshot_is_read_back_and_a_spoiled_one_dropped(chromium, site_dir):
+    """After a page went live, the worker keeps the decompressed snapshot in Cache Storage and
+    the next page restores from it; a kept copy that does not restore falls back to the normal
+    boot without an error shown, and is dropped, so the page after that uses the server's."""
+    from builder.serve import serving
+
+    chapter = next(c for c in CHAPTERS if c["file"] == "ch04-batching.html")
+    snap = snapshot_config(site_dir)
+    with serving(site_dir) as base:     # another port: another origin, with nothing stored yet
+        boots = []
+        for visit in range(4):
+            page, log, states = load(chromium, base, chapter["file"], chapter["figures"])
+            try:
+                assert states == {f: "live" for f in chapter["figures"]}, visit
+                assert log.errors() == [], log.errors()
+                boots.append(page.evaluate(BOOT_JS))
+                if visit in (0, 3):     # the worker keeps it soon after the figures went live
+                    deadline = time.monotonic() + 60
+                    while not page.evaluate(KEPT_JS, snap["id"]):
+                        assert time.monotonic() < deadline, "the snapshot was not kept in Cache Storage"
+                        page.wait_for_timeout(200)
+                if visit == 1:
+                    page.evaluate(SPOIL_JS, [snap["id"], snap["memory"], snap["memory_size"]])
+                if visit == 2:
+                    kept_after_failure = page.evaluate(f"caches.has('guide-snapshot-{snap['id']}')")
+            finally:
+                page.close()
+    assert [(b["path"], b["reason"][:15]) for b in boots] == [
+        ("snapshot", "network"), ("snapshot", "cache"), ("normal", "snapshot failed"), ("snapshot", "network")], boots
+    assert kept_after_failure is False

@@ -50,9 +50,20 @@ def browser():
         yield ctx
 
 
+# every state the offline note passes through, with its text
+TRACK_NOTE_JS = """
+window.__offline = [];
+new MutationObserver(() => {
+  const note = document.querySelector('.offline-note');
+  window.__offline.push([document.documentElement.dataset.offline, note && note.textContent]);
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-offline']});
+"""
+
+
 def visit(ctx, url: str, figure_ids: list[str], offline_state: str | None = "ready"):
     """Open `url`, wait for its figures to be live and (if given) for the offline note's state."""
     page = ctx.new_page()
+    page.add_init_script(TRACK_NOTE_JS)
     log = attach(page, url.split("/")[0] + "//" + url.split("/")[2] + "/")
     page.goto(url)
     if figure_ids:
@@ -67,6 +78,11 @@ def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
         page, log = visit(browser, base + FIRST["file"], FIRST["figures"])
         note = page.locator(".offline-note")
         assert note.is_visible() and note.text_content().startswith("Available offline")
+        seen = page.evaluate("window.__offline")
+        files = json.loads((site_dir / "MANIFEST.json").read_text())["files"]
+        total = sum(files[p][0] for p in offline_files(site_dir))
+        assert seen[0] == ["saving", f"Saving the guide for offline reading: 0% (0.0 of {total / 1e6:.1f} MB)."]
+        assert {s for s, _ in seen} == {"saving", "ready"} and seen[-1][0] == "ready"
         name = cache_name(site_dir)
         assert page.evaluate(CACHES_JS) == [name]
         cached = sorted(u[len(base):] for u in page.evaluate(CACHED_URLS_JS, name))

@@ -91,7 +91,8 @@ def broken_copy(site_dir, tmp_path, how: str):
     elif how == "other-build":
         for page in copy.glob("*.html"):
             page.write_text(page.read_text().replace(snap["build_id"], "0" * 64))
-            page.with_name(page.name + ".gz").unlink(missing_ok=True)    # served instead, if there
+            for ext in (".gz", ".br"):                                       # served instead, if there
+                page.with_name(page.name + ext).unlink(missing_ok=True)
     elif how == "missing-files":
         (copy / snap["files"]).unlink()
     return copy

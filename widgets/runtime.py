@@ -105,6 +105,12 @@ class PageSession:
             # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
             # at once instead of scheduling it on a server event loop that does not exist here.
             doc._session_context = None
+            # The events held while building (the root added, the title) describe what the
+            # page has already, as the preview or as the document `render` sends: let them
+            # go now, so that linking does not send the whole figure to the page once more.
+            # Changes from here on are held until `link`.
+            doc.unhold()
+            doc.hold()
             self.docs[figure_id], self.roots[figure_id] = doc, root
             return json.dumps({"figure": figure_id, "fingerprint": fingerprint(root)})
         except Exception as exc:   # one broken figure must not take the page down

@@ -88,7 +88,7 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
         root_id = root.id
         data = {"docs_json": {docid: doc_json},
                 "render_items": [{"docid": docid, "roots": {}, "root_ids": [root_id]}],
-                "root_id": root_id, "fingerprint": fingerprint(doc)}
+                "root_id": root_id, "fingerprint": fingerprint(root)}
         text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # key order matters to BokehJS
         height = max([getattr(p, "height", 0) or 0 for p in view.plots] + [300]) + 60
         controls = json.dumps(url_controls(view), separators=(",", ":")).replace("</", "<\\/")

@@ -53,12 +53,10 @@ def stable_ids(figure_id: str):
         settings.simple_ids.set_value(simple)
 
 
-def fingerprint(doc) -> str:
-    """A short hash of every model of Bokeh document `doc`: its id and type. Two documents
-    with the same fingerprint have the same models under the same ids (built by the same
-    code). It reads the document's own index of its models, which is kept up to date as
-    roots are added, rather than walking the models again."""
-    lines = sorted(f"{m.id} {m.__qualified_model__}" for m in doc.models)
+def fingerprint(root) -> str:
+    """A short hash of every model under `root`: its id and type. Two documents with the
+    same fingerprint have the same models under the same ids (built by the same code)."""
+    lines = sorted(f"{m.id} {m.__qualified_model__}" for m in root.references())
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
@@ -107,8 +105,14 @@ class PageSession:
             # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
             # at once instead of scheduling it on a server event loop that does not exist here.
             doc._session_context = None
+            # The events held while building (the root added, the title) describe what the
+            # page has already, as the preview or as the document `render` sends: let them
+            # go now, so that linking does not send the whole figure to the page once more.
+            # Changes from here on are held until `link`.
+            doc.unhold()
+            doc.hold()
             self.docs[figure_id], self.roots[figure_id] = doc, root
-            return json.dumps({"figure": figure_id, "fingerprint": fingerprint(doc)})
+            return json.dumps({"figure": figure_id, "fingerprint": fingerprint(root)})
         except Exception as exc:   # one broken figure must not take the page down
             return json.dumps({"figure": figure_id, "error": _error_text(exc)})
 

@@ -57,15 +57,16 @@ def attach(page, base: str) -> PageLog:
 
 
 @contextlib.contextmanager
-def chromium_context(playwright, profile: Path | None = None):
-    """A persistent Chromium context on a fresh (or given) profile folder."""
+def chromium_context(playwright, profile: Path | None = None, service_workers: str = "allow"):
+    """A persistent Chromium context on a fresh (or given) profile folder; `service_workers`
+    "block" keeps the guide's service worker out (then a page's routes see every request)."""
     tmp = None
     if profile is None:
         tmp = tempfile.mkdtemp(prefix="guide-chromium-")
         profile = Path(tmp)
     ctx = playwright.chromium.launch_persistent_context(
         str(profile), executable_path=CHROMIUM, headless=True, args=CHROME_ARGS,
-        viewport={"width": 1100, "height": 900})
+        viewport={"width": 1100, "height": 900}, service_workers=service_workers)
     try:
         yield ctx
     finally:

@@ -41,11 +41,21 @@ def server(site_dir):
 
 
 @pytest.fixture(scope="session")
-def chromium():
-    """One headless Chromium (Debian's) with a fresh profile, shared by the browser tests."""
+def playwright_session():
+    """Playwright, started once: its sync API cannot run twice in one process at a time."""
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright_session):
+    """One headless Chromium (Debian's) with a fresh profile, shared by the browser tests.
+    It blocks the service worker, so that what one test's visit saved for offline reading
+    never answers another test's requests (or hides them from its routes); the service
+    worker is tested in contexts of its own (tests/test_offline.py)."""
     from tests.browser import chromium_context
 
-    with sync_playwright() as p, chromium_context(p) as ctx:
+    with chromium_context(playwright_session, service_workers="block") as ctx:
         yield ctx

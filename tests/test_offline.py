@@ -28,12 +28,12 @@ CHAPTERS = built_chapters()
 FIRST = next(c for c in CHAPTERS if c["figures"])       # the chapter visited online
 
 OFFLINE_JS = "() => document.documentElement.dataset.offline"
-CACHES_JS = "() => caches.keys()"
+CACHES_JS = "async () => (await caches.keys()).filter((n) => n.startsWith(\"guide-offline-\"))"   # the offline copies (the snapshot kept by the Python worker has its own caches)
 CACHED_URLS_JS = """async (name) => (await (await caches.open(name)).keys()).map(r => r.url)"""
 
 
 def cache_name(site: Path) -> str:
-    return "guide-" + hashlib.sha256((site / "MANIFEST.json").read_bytes()).hexdigest()[:20]
+    return "guide-offline-" + hashlib.sha256((site / "MANIFEST.json").read_bytes()).hexdigest()[:20]
 
 
 def offline_files(site: Path) -> list[str]:
@@ -43,10 +43,8 @@ def offline_files(site: Path) -> list[str]:
 
 
 @pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p, chromium_context(p) as ctx:
+def browser(playwright_session):
+    with chromium_context(playwright_session) as ctx:
         yield ctx
 
 

@@ -85,6 +85,10 @@ def test_link_and_early_change_reach_the_live_figure(chromium, server, mismatch)
     if mismatch:
         page.route(f"**/{PAGE}*", fingerprint_differs(mismatch))
     try:
+        # Python is held back (its worker's script is not served yet) until the reader's
+        # early moves are made: a restored snapshot can be ready before a test moves anything.
+        held = []
+        page.route("**/static/worker.js*", lambda route: held.append(route))
         page.goto(server + PAGE + "?" + urlencode({f"{KNEE}.gpu": "H200", f"{SCHED}.slots": "16"}))
         early = {KNEE: ("batch", 512), SCHED: ("chunked", True)}
         for fid, (key, value) in early.items():
@@ -92,6 +96,9 @@ def test_link_and_early_change_reach_the_live_figure(chromium, server, mismatch)
             page.wait_for_function("(id) => window.__guide?.figs?.get(id)?.staticRoot", arg=fid, timeout=30000)
             assert page.evaluate(STATE_JS, fid) in ("static", "loading")
             page.evaluate(SET_JS, [fid, key, control_patch(fid, key, value)])
+        assert len(held) == 1, "the page asked for its worker's script once, and got nothing yet"
+        held[0].continue_()
+        page.unroute("**/static/worker.js*")
         assert wait_states(page, [KNEE, SCHED], timeout_s=180) == {KNEE: "live", SCHED: "live"}
         how = page.evaluate("() => Object.fromEntries([...document.querySelectorAll('[data-figure]')]"
                             ".map(el => [el.dataset.figure, el.dataset.live]))")

@@ -4,11 +4,12 @@
 // static/offline.js registers it once the page's figures are live (or the page is idle),
 // then asks it to "sync": the worker fetches MANIFEST.json (every file of the build with
 // its size and sha256) and copies every file it lists, except the precompressed .gz/.br
-// copies, into a cache named by the manifest's own sha256 ("guide-<hash>"). Each file is
+// copies, into a cache named by the manifest's own sha256 ("guide-offline-<hash>"). Each file is
 // checked against the manifest's sha256 before it is stored, so an offline copy is always
 // one whole build. Files the previous copy already holds with the same sha256 are copied
 // from it rather than downloaded again. The manifest is stored last: a cache holding
-// MANIFEST.json is complete. Then older copies are deleted.
+// MANIFEST.json is complete. Then older copies are deleted. (The page's Python worker keeps
+// the decompressed memory snapshot in caches named "guide-snapshot-<id>": not ours to touch.)
 //
 // Requests inside the scope:
 //   pages (*.html, navigations) and MANIFEST.json: network first, the offline copy when
@@ -26,7 +27,7 @@
 // done, total, bytes, totalBytes, updated, reload, offline (the network is unreachable),
 // stale (a newer build could not be saved; the older copy stays), message}.
 
-const PREFIX = "guide-";
+const PREFIX = "guide-offline-";
 const ROOT = new URL("./", self.location.href).href;      // the site's root folder
 const MANIFEST = "MANIFEST.json";
 const STORAGE_MS = 4000;        // the longest a Cache Storage call may take

@@ -90,8 +90,9 @@ function within(ms, promise, fallback) {
   });
 }
 
-async function* chunksOf(stream) {
-  const reader = stream.getReader();
+const chunksOf = (stream) => readerChunks(stream.getReader());
+
+async function* readerChunks(reader) {
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -106,7 +107,7 @@ async function* gunzipped(response) {
   const reader = response.body.getReader();
   const first = await reader.read();
   if (first.done) throw new Error(`${response.url}: empty`);
-  const rest = async function* () { for (;;) { const r = await reader.read(); if (r.done) return; yield r.value; } };
+  const rest = () => readerChunks(reader);
   if (!(first.value[0] === 0x1f && first.value[1] === 0x8b)) {
     yield first.value;
     yield* rest();

@@ -12,8 +12,13 @@
 //   meta.json     shared libraries to replay, Python's dlopen handles, the function
 //                 table's size, the packages Pyodide counts as loaded, the build id
 //
-// Every run with the same inputs writes the same bytes: the clock, the random source and
-// Python's hash seed are fixed while the snapshot is made.
+// Every run with the same inputs writes the same bytes: the clock, the random source,
+// the time zone and Python's hash seed are fixed while the snapshot is made.
+//
+// The time zone first, before anything reads a date: Emscripten's tzset allocates the
+// zone's names on the heap, so another TZ (the builder's own) moves every allocation
+// after it, numpy's shared libraries included. Node rereads TZ when it is assigned.
+process.env.TZ = "UTC";
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";

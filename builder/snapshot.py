@@ -85,11 +85,17 @@ def gzip_bytes(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
 
 
+def pinned_env() -> dict:
+    """The builder's environment with the time zone and locale fixed: both can change what
+    Node's runtime allocates, and so where everything lands in the snapshot's memory."""
+    return {**os.environ, "TZ": "UTC", "LC_ALL": "C", "LANG": "C"}
+
+
 def run_node(pyo: Path, work: Path) -> None:
     cmd = [node(), str(SCRIPT), str(pyo.resolve()), str(work), GUIDE_PACKAGE, PANEL_CDN_ROOT]
     log("+ " + " ".join(cmd))
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=NODE_TIMEOUT_S)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=NODE_TIMEOUT_S, env=pinned_env())
     except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"cannot make the Pyodide memory snapshot: {e}. Build with --no-snapshot to ship "
                          f"pages that boot Python normally (several seconds slower)") from None

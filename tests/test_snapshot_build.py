@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -75,12 +76,15 @@ def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path):
 
 
 def test_snapshot_is_reproducible(site_dir, tmp_path):
-    """Two runs of builder/snapshot.mjs write the same bytes (clock, randomness and hash
-    seed fixed; packages installed one at a time)."""
+    """Two runs of builder/snapshot.mjs write the same bytes (clock, randomness, time zone
+    and hash seed fixed; packages installed one at a time), also when the builder's own
+    time zone and locale differ (another TZ once moved numpy's libraries in memory)."""
     outs = [tmp_path / "a", tmp_path / "b"]
-    for out in outs:
+    envs = [os.environ, {**os.environ, "TZ": "America/New_York", "LC_ALL": "de_DE.UTF-8", "LANG": "de_DE.UTF-8"}]
+    for out, env in zip(outs, envs):
         r = subprocess.run([snapshot.node(), str(snapshot.SCRIPT), str(site_dir / common.PYO), str(out),
-                            common.GUIDE_PACKAGE, common.PANEL_CDN_ROOT], capture_output=True, text=True, timeout=600)
+                            common.GUIDE_PACKAGE, common.PANEL_CDN_ROOT], capture_output=True, text=True,
+                           timeout=600, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
     for name in ("snapshot.bin", "files.bin", "meta.json"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs between two runs"

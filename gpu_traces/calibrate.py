@@ -57,6 +57,7 @@ STREAMING_BYTES = 128 * 2**20                 # imported residual adds this larg
 GRID_ITERATIONS = 300                         # Nelder-Mead steps of the quick fit that ranks tiles
 MAX_SMOOTHNESS = 64.0                         # p beyond this is a sharp max in practice
 SIG_DIGITS = 6
+LOSS_DIGITS = 9                               # the fits compare losses to this many digits
 
 
 class CalibrationError(ValueError):
@@ -74,7 +75,16 @@ def sig(x: float, digits: int = SIG_DIGITS) -> float:
 
 def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: float = 0.5,
                 max_iter: int = 800, xtol: float = 1e-8, ftol: float = 1e-12) -> tuple[np.ndarray, float]:
-    """Minimise `f` from `x0`; returns (x, f(x)). Standard reflection/expansion/contraction."""
+    """Minimise `f` from `x0`; returns (x, f(x)). Standard reflection/expansion/contraction.
+
+    `f` is compared at LOSS_DIGITS significant digits: numpy's exp, log and power differ in
+    their last bits between CPUs (SIMD or libm), and where the loss is flat along a
+    parameter that noise alone would steer the simplex to another end point."""
+    f0 = f
+
+    def f(x):
+        v = f0(x)
+        return float(f"{v:.{LOSS_DIGITS}g}") if np.isfinite(v) else float("inf")
     x0 = np.asarray(x0, dtype=float)
     n = len(x0)
     pts = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]

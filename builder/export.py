@@ -41,7 +41,11 @@ IDLE_JS = "() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0
 # The root's box, and every plot's serialized SVG with its box (relative to the root).
 CAPTURE_JS = """(withSvg) => {
   const root = Bokeh.index.roots[0];
-  const rb = root.el.getBoundingClientRect();
+  // the figure's box enlarged to whole CSS pixels: a fractional clip (text lines of
+  // fractional height) would be cut to whole device pixels in the screenshot
+  const r0 = root.el.getBoundingClientRect();
+  const left = Math.floor(r0.left), top = Math.floor(r0.top);
+  const rb = {x: left, y: top, width: Math.ceil(r0.right) - left, height: Math.ceil(r0.bottom) - top};
   const plots = [];
   function walk(v) {
     if (v.model.type === "Figure" || v.model.type === "Plot") {

@@ -164,16 +164,28 @@ def test_batch_slider_matches_sim_in_cpython(chromium, server):
 
 @needs_ch04
 def test_change_before_live_is_applied_when_live(chromium, server):
-    """A slider moved on the static preview is carried into the live figure."""
+    """A slider moved on the static preview is carried into the live figure. The Python
+    worker's script is held back until the move is made: a snapshot restored from the
+    browser's storage can otherwise be live before the preview is."""
     fid = "ch04-batch-knee"
     page = chromium.new_page()
     log = attach(page, server)
+    held = []
+    page.route("**/static/worker.js", lambda route: held.append(route))
     try:
         page.goto(server + "ch04-batching.html")
         page.locator(f'[data-figure="{fid}"]').scroll_into_view_if_needed()   # previews render on sight
         page.wait_for_function("(id) => window.__guide?.figs?.get(id)?.staticRoot", arg=fid, timeout=30000)
         assert page.evaluate(STATE_JS, fid) in ("static", "loading")
         page.evaluate(SET_JS, [fid, "batch", control_patch(fid, "batch", 512)])
+        for _ in range(100):
+            if held:
+                break
+            page.wait_for_timeout(100)
+        assert held, "the page never asked for its Python worker"
+        for route in held:
+            route.continue_()
+        page.unroute("**/static/worker.js")
         assert wait_states(page, [fid], timeout_s=180) == {fid: "live"}
         wait_equal(page, fid, cpython_state(fid, [("batch", 512)]))
         assert log.errors() == []

@@ -101,23 +101,33 @@ for _fid in widgets.FIGURES:
     widgets.module(_fid)
 del _fid
 gc.collect()
-# compiled modules now in memory: their files need not be shipped with the snapshot
-json.dumps(sorted({m.__spec__.origin for m in list(sys.modules.values())
-                   if getattr(m, "__spec__", None) is not None and isinstance(m.__spec__.origin, str)
-                   and m.__spec__.origin.endswith(".pyc")}))
+# compiled modules now in memory: their files need not be shipped with the snapshot (a
+# module imported from its source keeps the source, for tracebacks, not its __pycache__)
+def _compiled(m):
+    spec = getattr(m, "__spec__", None)
+    if spec is None:
+        return None
+    if isinstance(spec.origin, str) and spec.origin.endswith(".pyc"):
+        return spec.origin
+    return spec.cached if isinstance(spec.cached, str) and spec.cached.endswith(".pyc") else None
+json.dumps(sorted({c for c in map(_compiled, list(sys.modules.values())) if c}))
 `);
 py.globals.delete("PANEL_CDN_ROOT");
 const inMemory = new Set(JSON.parse(imported));
 say(`imported (${inMemory.size} compiled modules in memory)`);
 
 const site = "/lib/python3.12/site-packages";
+// Files no import or figure reads in the browser: type stubs, pip's list of installed
+// files, and the Jupyter extension that pyviz_comms ships for JupyterLab.
+const NEVER_READ = /(\.pyi$|\.dist-info\/RECORD$|\/labextension\/|\.data\/data\/share\/jupyter\/)/;
 const files = [];
-let skipped = 0;
+let skipped = 0, unread = 0;
 (function walk(dir) {
   for (const n of M.FS.readdir(dir).filter((n) => n !== "." && n !== "..").sort()) {
     const p = `${dir}/${n}`;
     if (M.FS.isDir(M.FS.stat(p).mode)) walk(p);
     else if (inMemory.has(p)) skipped += 1;
+    else if (NEVER_READ.test(p)) unread += 1;
     else files.push([p, M.FS.readFile(p)]);
   }
 })(site);
@@ -133,11 +143,15 @@ const snap = py.makeMemorySnapshot({ serializer });
 Object.assign(py.loadedPackages, loaded);
 
 const buildId = Array.from(new Uint32Array(snap.buffer, snap.byteOffset + 16, 8), (w) => w.toString(16).padStart(8, "0")).join("");
+// the standard library's compiled modules in memory, by their name in the stdlib zip
+const stdlibZip = `/lib/python${py.runPython("import sys; f'{sys.version_info[0]}{sys.version_info[1]}'")}.zip`;
+const stdlibInMemory = [...inMemory].filter((p) => p.startsWith(stdlibZip + "/")).map((p) => p.slice(stdlibZip.length + 1)).sort();
 const meta = { pyodide: version, build_id: buildId, size: snap.length, loaded, dsos, handles, tableAtBoot,
-               tableAtSnap: M.wasmTable.length, files: files.length, files_in_memory: skipped };
+               stdlib_zip: stdlibZip, stdlib_in_memory: stdlibInMemory,
+               tableAtSnap: M.wasmTable.length, files: files.length, files_in_memory: skipped, files_never_read: unread };
 fs.mkdirSync(outDir, { recursive: true });
 fs.writeFileSync(path.join(outDir, "snapshot.bin"), snap);
 fs.writeFileSync(path.join(outDir, "files.bin"), packFiles(files));
 fs.writeFileSync(path.join(outDir, "meta.json"), JSON.stringify(meta, null, 1) + "\n");
-say(`wrote ${(snap.length / 1e6).toFixed(1)} MB of memory, ${files.length} files (${skipped} compiled modules left out)`);
+say(`wrote ${(snap.length / 1e6).toFixed(1)} MB of memory, ${files.length} files (left out: ${skipped} compiled modules in memory, ${unread} files never read)`);
 process.exit(0);

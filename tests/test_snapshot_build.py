@@ -88,9 +88,46 @@ def test_snapshot_is_reproducible(site_dir, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
     for name in ("snapshot.bin", "files.bin", "meta.json"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs between two runs"
-    # and it is what the build shipped
+    # and, finished as the build finishes it, it is what the build shipped
     snap = config(site_dir)
-    assert snapshot.content_id(*((outs[0] / n).read_bytes() for n in ("snapshot.bin", "files.bin", "meta.json"))) == snap["id"]
+    assert snapshot.content_id(*snapshot.finish(outs[0], site_dir / common.PYO)) == snap["id"]
+
+
+def test_the_standard_library_is_shipped_once(site_dir):
+    """The snapshot's files hold Python's standard library zip less the sources of the
+    modules already in memory, and no file the browser never reads (type stubs, pip's
+    RECORD, Jupyter's extension); the rest of the zip is Pyodide's own, byte for byte."""
+    import io
+    import zipfile
+
+    snap = config(site_dir)
+    m = json.loads((site_dir / snap["meta"]).read_bytes())
+    files = dict(snapshot.unpack_files(gzip.decompress((site_dir / snap["files"]).read_bytes())))
+    assert m["stdlib_zip"] == "/lib/python312.zip" and "__pycache__/enum.cpython-312.pyc" in m["stdlib_in_memory"]
+    original = zipfile.ZipFile(io.BytesIO((site_dir / common.PYO / "python_stdlib.zip").read_bytes()))
+    reduced = zipfile.ZipFile(io.BytesIO(files[m["stdlib_zip"]]))
+    names = set(reduced.namelist())
+    assert "enum.py" not in names and "json/__init__.py" not in names           # imported: in memory
+    assert {"graphlib.py", "mailbox.py"} <= names                              # not imported: shipped
+    assert len(names) == len(original.namelist()) - len(m["stdlib_in_memory"])
+    assert all(reduced.read(n) == original.read(n) for n in ("graphlib.py", "mailbox.py"))
+    assert m["files_never_read"] > 0
+    assert not [p for p in files if p.endswith(".pyi") or p.endswith(".dist-info/RECORD") or "/labextension/" in p]
+    pyc = "/lib/python3.12/site-packages/widgets/__pycache__/{}.cpython-312.pyc"
+    assert pyc.format("__init__") not in files and pyc.format("app") in files     # imported / not yet
+    # the runtime's full zip is not what a restored page downloads
+    assert "stdLibURL: EMPTY_ZIP" in (site_dir / "static" / "worker.js").read_text()
+
+
+def test_a_module_missing_from_the_standard_library_is_a_build_error(site_dir):
+    original = (site_dir / common.PYO / "python_stdlib.zip").read_bytes()
+    assert len(snapshot.stdlib_zip(original, ["__pycache__/enum.cpython-312.pyc"])) < len(original)
+    assert snapshot.stdlib_zip(original, []) == snapshot.stdlib_zip(original, [])
+    with pytest.raises(BuildError, match="not in the runtime's standard library zip"):
+        snapshot.stdlib_zip(original, ["__pycache__/no_such_module.cpython-312.pyc"])
+    with pytest.raises(BuildError, match="no file pack"):
+        snapshot.unpack_files(b"not a pack")
+    assert snapshot.unpack_files(snapshot.pack_files([("/a", b"1"), ("/b/c", b"")])) == [("/a", b"1"), ("/b/c", b"")]
 
 
 def test_no_node_is_a_clear_build_error(tmp_path, monkeypatch):

@@ -43,7 +43,9 @@ async function boot(runtime, bootMode) {
   if (!snap) return { pyodide: await normalBoot(runtime), path: "normal", reason: "the build made no snapshot" };
   if (bootMode === "normal") return { pyodide: await normalBoot(runtime), path: "normal", reason: "asked for (boot=normal)" };
   try {
-    return { pyodide: await restoreSnapshot(runtime, snap), path: "snapshot", reason: snapshotSource, steps: restoreSteps };
+    const pyodide = await restoreSnapshot(runtime, snap);
+    return { pyodide, path: "snapshot", reason: snapshotSource, steps: restoreSteps,
+             ...(snapshotSource === "network" ? { transfer: snapshotTransfer } : {}) };
   } catch (e) {
     const reason = String(e && e.message ? e.message : e);
     console.warn(`memory snapshot not used (${reason}); booting Python normally`);
@@ -77,6 +79,8 @@ async function normalBoot(runtime) {
 
 const STORAGE_TIMEOUT_MS = 3000;   // browser storage has been seen to hang: then do without it
 let snapshotSource = "";           // where the snapshot's bytes came from: "cache" or "network"
+const snapshotTransfer = {};       // from the network, each file's coding: "br" or "gzip" (the host's,
+                                   // decoded by the browser), or "gunzip" (the .gz, decoded here)
 let saveSnapshot = null;           // keeps the decompressed snapshot for the next page (after going live)
 const restoreSteps = {};           // ms after the worker's start at which each restore step ended
 const step = (name) => { restoreSteps[name] = Math.round(performance.now()); };
@@ -136,9 +140,43 @@ async function fill(buf, chunks, what) {
   return buf;
 }
 
+// How the snapshot's memory and its file pack begin (Pyodide's snapshot header; static/snapshot.js).
+const MAGIC = [new Uint8Array([0x00, 0x73, 0x6e, 0x70]), new TextEncoder().encode("GUIDEFS1")];
+const startsWith = (bytes, head) => bytes.length >= head.length && head.every((b, i) => bytes[i] === b);
+
+// One of the snapshot's files from the server, decompressed: first as <name>.bin, which a
+// host serving precompressed copies answers with its brotli (or gzip) copy, decoded by the
+// browser; a host that does not answers 404 (or anything else: checked by its first bytes),
+// and <name>.bin.gz is fetched and gunzipped here (builder/snapshot.py).
+async function fromServer(url, magic) {
+  try {
+    const r = await fetch(ROOT + url.replace(/\.gz$/, ""));
+    if (r.ok) {
+      const reader = r.body.getReader();
+      let head = new Uint8Array(0);          // a decoder may hand over a few bytes at first
+      while (head.length < magic.length) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        const joined = new Uint8Array(head.length + value.length);
+        joined.set(head);
+        joined.set(value, head.length);
+        head = joined;
+      }
+      if (startsWith(head, magic)) {
+        const chunks = (async function* () { yield head; yield* readerChunks(reader); })();
+        return { chunks, how: r.headers.get("Content-Encoding") || "identity" };      // decoded by the browser
+      }
+      reader.cancel().catch(() => {});
+    }
+  } catch (e) { /* the network, or a copy that did not decode: the .gz is next */ }
+  const r = await fetch(ROOT + url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return { chunks: gunzipped(r), how: "gunzip" };
+}
+
 // The snapshot's two big files, decompressed into buffers of their known sizes: from Cache
 // Storage (a cache named by the snapshot's id, written after an earlier page went live),
-// else from the server (gzip, through the HTTP cache).
+// else from the server (brotli or gzip, through the HTTP cache).
 async function snapshotFiles(snap) {
   const cacheName = `guide-snapshot-${snap.id}`;
   const wanted = [[snap.memory, snap.memory_size], [snap.files, snap.files_size]];
@@ -154,9 +192,9 @@ async function snapshotFiles(snap) {
       caches.delete(cacheName).catch(() => {});     // the next page reads the server's copy
       throw new Error(`the snapshot kept in Cache Storage did not read back (${url})`);
     }
-    const r = await fetch(ROOT + url);
-    if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
-    return fill(buffers[i], gunzipped(r), url);
+    const { chunks, how } = await fromServer(url, MAGIC[i]);
+    snapshotTransfer[i ? "files" : "memory"] = how;
+    return fill(buffers[i], chunks, url);
   });
   if (!fromCache && cache) {
     saveSnapshot = async () => {
@@ -170,6 +208,11 @@ async function snapshotFiles(snap) {
   }
   return { memory: buffers[0], memoryDone: done[0], filesDone: done[1] };
 }
+
+// What Pyodide installs as the standard library when restoring: an empty zip (its end
+// record only). The snapshot's installed files hold the standard library it needs and are
+// written over it before Python runs (builder/snapshot.py finish).
+const EMPTY_ZIP = "data:application/zip;base64,UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA==";
 
 async function restoreSnapshot(runtime, snap) {
   const pyodideModule = import(ROOT + runtime.module);
@@ -206,10 +249,13 @@ async function restoreSnapshot(runtime, snap) {
   let restored;
   try {
     restored = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false,
-                                   _loadSnapshot: memory, _snapshotDeserializer: deserializer });
+                                   stdLibURL: EMPTY_ZIP, _loadSnapshot: memory, _snapshotDeserializer: deserializer });
   } finally {
     globalThis._createPyodideModule = create;
   }
+  // The standard library came with the installed files, less what is in memory: Python's
+  // zip importer still holds the directory of Pyodide's full zip and must read this one's.
+  restored.runPython("import importlib; importlib.invalidate_caches()");
   Object.assign(restored.loadedPackages, (await metaP).loaded);
   step("restored");
   return restored;
@@ -229,7 +275,8 @@ async function start(figures, runtime, bootMode) {
   const booted = await boot(runtime, bootMode);
   pyodide = booted.pyodide;
   post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(),
-         boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}) } });
+         boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}),
+                 ...(booted.transfer ? { transfer: booted.transfer } : {}) } });
   progress("figures", 0, figures.length);
   pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
   session = await pyodide.runPythonAsync(`

@@ -76,13 +76,14 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         try:
             path = Path(self.translate_path(self.path))
             copies = {}
-            if path.is_file():
+            # a file, or one shipped only as compressed copies (the memory snapshot's <name>.bin)
+            if path.is_file() or not path.exists():
                 copies = {coding: path.with_name(path.name + suffix) for coding, suffix in ENCODINGS
                           if path.with_name(path.name + suffix).is_file()}
             self.vary = bool(copies)          # this URL has more than one encoding
             coding = choose_encoding(self.headers.get("Accept-Encoding", ""), list(copies))
             if coding is None:
-                return super().send_head()
+                return super().send_head()    # the file as it is, or 404
             stat = copies[coding].stat()
         except OSError:         # e.g. a path segment longer than the file system allows
             self.send_error(404, "File not found")

@@ -2,7 +2,7 @@
 further chapter, with the server sending brotli where it has a .br copy and with gzip only.
 
     .venv/bin/python tests/bench_offline.py [--site _site] [--first ch04-batching.html]
-                                            [--further ch05-latency.html,ch06-kv-cache.html]
+                                            [--further ch05-latency.html,ch06-kv-cache.html] [--by-file N]
 
 Counts what the local server sent (bodies, compressed as sent), in headless Chromium on a
 fresh profile per variant. "page" is the first visit until every figure is live; "offline
@@ -37,6 +37,7 @@ def run(site: Path, first: str, further: list[str], encodings) -> dict:
         page.goto(base + first)
         wait_states(page, figures[first], timeout_s=300)
         out["page"] = sent()
+        out["page by file"] = {k: list(v) for k, v in counters.items()}
         page.wait_for_function("document.documentElement.dataset.offline === 'ready'", timeout=300000, polling=200)
         out["offline copy"] = sent() - out["page"]
         page.close()
@@ -55,17 +56,24 @@ def main() -> int:
     ap.add_argument("--site", type=Path, default=ROOT / "_site")
     ap.add_argument("--first", default="ch04-batching.html")
     ap.add_argument("--further", default="ch05-latency.html,ch06-kv-cache.html")
+    ap.add_argument("--by-file", type=int, default=0, metavar="N",
+                    help="also list the first page's N largest transfers")
     args = ap.parse_args()
     further = [f for f in args.further.split(",") if f]
     variants = {"brotli + gzip": (("br", ".br"), ("gzip", ".gz")), "gzip only": (("gzip", ".gz"),)}
     results = {name: run(args.site.resolve(), args.first, further, enc) for name, enc in variants.items()}
-    rows = list(next(iter(results.values())))
+    rows = [r for r in next(iter(results.values())) if r != "page by file"]
     print(f"| bytes sent (MB) | {' | '.join(results)} |")
     print(f"|---|{'---:|' * len(results)}")
     for row in rows:
         print(f"| {row} | {' | '.join(f'{r[row] / 1e6:.2f}' for r in results.values())} |")
     total = {n: r["page"] + r["offline copy"] for n, r in results.items()}
     print(f"| first visit incl. offline copy | {' | '.join(f'{t / 1e6:.2f}' for t in total.values())} |")
+    if args.by_file:
+        name, r = next(iter(results.items()))
+        print(f"\nthe page's largest transfers ({name}), MB:")
+        for url, v in sorted(r["page by file"].items(), key=lambda kv: -kv[1][1])[:args.by_file]:
+            print(f"  {v[1] / 1e6:7.3f}  {url}")
     return 0
 
 

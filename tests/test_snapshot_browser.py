@@ -12,6 +12,7 @@ import re
 import shutil
 import time
 
+import brotli
 import pytest
 
 from tests.browser import attach, wait_states
@@ -81,6 +82,45 @@ def test_snapshot_and_normal_boot_show_identical_figures(chromium, server, site_
             normal.close()
 
 
+def brotli_name(url: str) -> str:
+    """<name>.bin.br, the brotli copy of the snapshot file <name>.bin.gz (builder/snapshot.py)."""
+    assert url.endswith(".bin.gz"), url
+    return url[:-3] + ".br"
+
+
+@pytest.mark.parametrize("encodings", [(("br", ".br"), ("gzip", ".gz")), (("gzip", ".gz"),), ()],
+                         ids=["brotli-host", "gzip-host", "plain-host"])
+def test_the_snapshot_comes_as_the_host_can_send_it(chromium, site_dir, monkeypatch, encodings):
+    """A host that serves precompressed copies sends the snapshot as brotli (or gzip) for the
+    browser to decode; one that serves files only as they are answers <name>.bin with 404 and
+    the worker gunzips <name>.bin.gz itself. Either way the page restores the same snapshot."""
+    from builder import serve
+    from builder.serve import serving
+
+    monkeypatch.setattr(serve, "ENCODINGS", encodings)
+    chapter = next(c for c in CHAPTERS if c["file"] == "ch04-batching.html")
+    snap = snapshot_config(site_dir)
+    counters = {}
+    with serving(site_dir, counters=counters) as base:     # another origin: nothing stored yet
+        page, log, states = load(chromium, base, chapter["file"], chapter["figures"])
+        try:
+            assert states == {f: "live" for f in chapter["figures"]}
+            booted = page.evaluate(BOOT_JS)
+            want = {"br": "br", "gzip": "gzip"}.get(encodings[0][0] if encodings else "", "gunzip")
+            assert booted["path"] == "snapshot" and booted["transfer"] == {"memory": want, "files": want}, booted
+            assert log.errors() == [], log.errors()
+        finally:
+            page.close()
+    for key in ("memory", "files"):
+        negotiated, gz = "/" + snap[key][:-3], "/" + snap[key]
+        copy = {"br": brotli_name(snap[key]), "gzip": snap[key]}.get(want)
+        if copy:      # the copy sent for <name>.bin, and the .gz not fetched
+            assert counters[negotiated][1] == (site_dir / copy).stat().st_size and gz not in counters
+        else:         # <name>.bin not found (nothing sent), then the .gz as it is
+            assert negotiated not in counters or counters[negotiated][1] == 0
+            assert counters[gz][1] == (site_dir / snap[key]).stat().st_size
+
+
 def broken_copy(site_dir, tmp_path, how: str):
     """A copy of the site whose snapshot cannot be used."""
     copy = tmp_path / "site"
@@ -88,6 +128,8 @@ def broken_copy(site_dir, tmp_path, how: str):
     snap = snapshot_config(site_dir)
     if how == "garbage":
         (copy / snap["memory"]).write_bytes(b"\x1f\x8b\x08 not really gzip " * 1000)
+        # the brotli copy a negotiating host sends: well-formed brotli, not a snapshot
+        (copy / brotli_name(snap["memory"])).write_bytes(brotli.compress(b"not a snapshot " * 1000))
     elif how == "other-build":
         for page in copy.glob("*.html"):
             page.write_text(page.read_text().replace(snap["build_id"], "0" * 64))
@@ -95,6 +137,7 @@ def broken_copy(site_dir, tmp_path, how: str):
                 page.with_name(page.name + ext).unlink(missing_ok=True)
     elif how == "missing-files":
         (copy / snap["files"]).unlink()
+        (copy / brotli_name(snap["files"])).unlink()
     return copy
 
 

@@ -4,7 +4,7 @@
 // static/offline.js registers it once the page's figures are live (or the page is idle),
 // then asks it to "sync": the worker fetches MANIFEST.json (every file of the build with
 // its size and sha256) and copies every file it lists, except the precompressed .gz/.br
-// copies, into a cache named by the manifest's own sha256 ("guide-offline-<hash>"). Each file is
+// copies (offlineFiles), into a cache named by the manifest's own sha256 ("guide-offline-<hash>"). Each file is
 // checked against the manifest's sha256 before it is stored, so an offline copy is always
 // one whole build. Files the previous copy already holds with the same sha256 are copied
 // from it rather than downloaded again. The manifest is stored last: a cache holding
@@ -113,9 +113,13 @@ async function newestManifest() {
   return latest;
 }
 
-// Files the offline copy holds: every file of the build but the precompressed copies.
+// Files the offline copy holds: every file of the build but the precompressed copies (X.gz
+// or X.br of a listed X) and the memory snapshot's two big files (vendor/snapshot/*.bin.gz,
+// .bin.br): the page's worker keeps them itself, decompressed, once a page went live
+// ("guide-snapshot-<id>"), and without them a page offline boots Python from the copy's wheels.
+const SNAPSHOT_FILE = /^vendor\/snapshot\/[^/]+\.bin\.(gz|br)$/;
 function offlineFiles(files) {
-  return Object.keys(files).filter((p) => p !== MANIFEST &&
+  return Object.keys(files).filter((p) => p !== MANIFEST && !SNAPSHOT_FILE.test(p) &&
     !(/\.(gz|br)$/.test(p) && p.replace(/\.(gz|br)$/, "") in files));
 }
 

@@ -23,6 +23,8 @@ def site(tmp_path_factory):
     (root / "only-gz.wasm").write_bytes(b"\0asm" + JS)
     (root / "only-gz.wasm.gz").write_bytes(gzip.compress(b"\0asm" + JS, mtime=0))
     (root / "page.html").write_text("<p>plain</p>\n")
+    (root / "copies-only.bin.gz").write_bytes(gzip.compress(JS, mtime=0))     # as the snapshot ships
+    (root / "copies-only.bin.br").write_bytes(brotli.compress(JS))
     with serve.serving(root) as base:
         yield int(base.split(":")[-1].rstrip("/"))
 
@@ -71,6 +73,21 @@ def test_a_file_with_no_copies_is_sent_as_it_is_without_vary(site):
     r = get(site, "/page.html", {"Accept-Encoding": "gzip, br"})
     assert r.getheader("Content-Encoding") is None and r.getheader("Vary") is None
     assert r.body == b"<p>plain</p>\n"
+
+
+@pytest.mark.parametrize("header, coding", [("gzip, deflate, br", "br"), ("gzip", "gzip"), ("identity", None)])
+def test_a_file_shipped_only_as_copies_is_negotiated_or_not_found(site, header, coding):
+    """The memory snapshot's <name>.bin exists only as .br and .gz copies: a browser that
+    takes either gets it decoded; one that takes neither gets 404 (and the worker then
+    asks for <name>.bin.gz itself)."""
+    r = get(site, "/copies-only.bin", {"Accept-Encoding": header})
+    if coding is None:
+        assert r.status == 404
+        return
+    assert (r.status, r.getheader("Content-Encoding")) == (200, coding)
+    assert r.getheader("Content-Type") == "application/octet-stream" and r.getheader("Vary") == "Accept-Encoding"
+    assert decoded(r) == JS
+    assert get(site, "/copies-only.bin.gz", {"Accept-Encoding": header}).body == gzip.compress(JS, mtime=0)
 
 
 def test_each_copy_has_its_own_etag_and_revalidates(site):

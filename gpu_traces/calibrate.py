@@ -130,7 +130,7 @@ def _log_loss(pred: np.ndarray, meas: np.ndarray) -> float:
 
 
 def _smoothness(theta: float) -> float:
-    return float(min(max(np.exp(theta), 1.0), MAX_SMOOTHNESS))
+    return float(min(max(np.exp(min(theta, 50.0)), 1.0), MAX_SMOOTHNESS))   # e^50 > MAX_SMOOTHNESS: no overflow
 
 
 MAX_EFFICIENCY = 4.0   # an efficiency this high means "never the limit" (the other term rules)

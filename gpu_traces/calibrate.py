@@ -492,6 +492,58 @@ def leave_one_model_out(rows: list[dict], units: int, where: str) -> tuple[np.nd
     return pred, roof
 
 
+def monotone_floor(rows: list[dict]) -> dict | None:
+    """The smallest worst-case error any prediction that never falls as tokens grow can
+    reach on these linear layers, whatever its formula or parameters.
+
+    A layer (model, layer, n, k, tensor-parallel degree) is timed at many token counts m.
+    A prediction non-decreasing in m that is within eps of every time needs, for every
+    m_a < m_b (or m_a = m_b), t_a (1 - eps) <= t_b (1 + eps), and these pairs suffice
+    (predict the running maximum of t (1 - eps)). So eps >= (t_a - t_b) / (t_a + t_b)
+    for every pair in which the time falls, and the largest of these is the floor. Every
+    formula of sim.kernel_model's kind (padded tiles, waves, m_half more rows of math, a
+    rising start-up) is non-decreasing in m, and so is the fastest of several such kernels.
+
+    >>> r = [{"kind": "gemm", "model": "x", "dtype": "fp16", "time_s": t,
+    ...       "shape": {"m": m, "n": 8, "k": 8, "layer": "o"}} for m, t in ((1, 3.0), (2, 1.0))]
+    >>> monotone_floor(r)["max_rel_err"]
+    0.5
+    """
+    series: dict[tuple, list[tuple[int, float]]] = {}
+    for r in rows:
+        if op_kind(r) == "linear" and r.get("model"):
+            s = r["shape"]
+            key = (r["model"], s.get("layer", ""), int(s["n"]), int(s["k"]),
+                   int(s.get("tensor_parallel", 1)), r["dtype"])
+            series.setdefault(key, []).append((int(s["m"]), float(r["time_s"])))
+    floors = {key: _falling_floor(pts) for key, pts in sorted(series.items())}
+    falling = {key: f for key, f in floors.items() if f is not None}
+    if not falling:
+        return None
+    key = max(falling, key=lambda kk: falling[kk][0])      # first of equals: sorted keys
+    e, (m_a, t_a), (m_b, t_b) = falling[key]
+    model, layer, n, k, tp, _ = key
+    return {"max_rel_err": sig(e, 4), "series": len(series),
+            "series_over_15pct": sum(1 for f in falling.values() if f[0] > 0.15),
+            "model": model, "layer": layer, "n": n, "k": k, "tensor_parallel": tp,
+            "tokens": [m_a, m_b], "times_s": [t_a, t_b]}
+
+
+def _falling_floor(pts: Sequence[tuple[int, float]]):
+    """(floor, (m_a, t_a), (m_b, t_b)) of one layer's (tokens, time) points: the pair in which
+    the time falls the most as tokens grow (equal tokens count both ways); None if it never falls."""
+    worst = None
+    peak = None                                  # the slowest point at these tokens or fewer
+    for m, t in sorted(pts, key=lambda mt: (mt[0], -mt[1])):
+        if peak is not None and peak[1] > t:
+            e = (peak[1] - t) / (peak[1] + t)
+            if worst is None or e > worst[0]:
+                worst = (e, peak, (m, t))
+        if peak is None or t > peak[1]:
+            peak = (m, t)
+    return worst
+
+
 def lomo_report(rows: list[dict], pred: np.ndarray, roof: np.ndarray) -> dict:
     """Median and max leave-one-model-out error, overall and per op kind, model vs roofline."""
     meas = np.array([r["time_s"] for r in rows])
@@ -503,7 +555,8 @@ def lomo_report(rows: list[dict], pred: np.ndarray, roof: np.ndarray) -> dict:
         return {"model": _errors(pred, meas, mask), "roofline": _errors(roof, meas, mask)}
     return {"all": both(everything),
             "by_op": {k: both(kinds == k) for k in sorted(set(kinds))},
-            "by_left_out_model": {m: both(models == m) for m in sorted(set(models))}}
+            "by_left_out_model": {m: both(models == m) for m in sorted(set(models))},
+            "linear_monotone_floor": monotone_floor(rows)}
 
 
 def fit_allreduce(traces: Sequence[Mapping], topology: str) -> dict | None:
@@ -792,7 +845,8 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
 
     One row per device and op kind: points, the calibrated model's median and max
     |predicted - measured| / measured when fitted without the predicted model, and the
-    plain roofline's on the same points; then the linear-layer terms fitted to every model,
+    plain roofline's on the same points; the floor under the linear layers' worst case
+    (`monotone_floor`); then the linear-layer terms fitted to every model,
     with their units; then the all-reduce fits, leaving one GPU count out.
     """
     out = ["| device | op kind | points | model median | model max | plain roofline median "
@@ -800,6 +854,7 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
     gemm = ["| device | dtype | FLOP/s reached, alpha F (of spec) | weights streamed, beta BW (of "
             "spec) | tile | corner p | m_half | launch | fixed | fixed_m | k_step per K element |",
             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    floors = []
     comm = ["| device | measured in | GPUs | points | median | max | latency | bus bandwidth "
             "| corner p |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for path in sorted(Path(cal_dir).glob("*.json")):
@@ -812,6 +867,15 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
             out.append(f"| {name} | {op} | {e['model']['n']} | {e['model']['median_rel_err']:.1%} "
                        f"| {e['model']['max_rel_err']:.1%} | {e['roofline']['median_rel_err']:.1%} "
                        f"| {e['roofline']['max_rel_err']:.1%} |")
+        f = lomo.get("linear_monotone_floor")
+        if f:
+            t_a, t_b = (x * 1e6 for x in f["times_s"])
+            floors.append(
+                f"- {name}: {f['max_rel_err']:.1%}, from {f['model']} {f['layer']} "
+                f"({f['n']} x {f['k']}, tensor-parallel {f['tensor_parallel']}): {t_a:.3g} µs "
+                f"at {f['tokens'][0]} tokens, {t_b:.3g} µs at {f['tokens'][1]}; in "
+                f"{f['series_over_15pct']} of the {f['series']} layers timed (model, layer, "
+                f"tensor-parallel degree) the time falls by more than a 15% worst case allows")
         cal = data["calibration"]
         for dtype, g in sorted(cal["gemm"].items()):
             spec = cal["spec"]
@@ -832,8 +896,12 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
                         f"| {e['n']} | {e['median_rel_err']:.1%} | {e['max_rel_err']:.1%} "
                         f"| {a['latency_s'] * 1e6:.1f} µs | {a['bus_bytes_per_s'] / 1e9:.0f} GB/s "
                         f"| {a['smoothness']:.3g} |")
+    floor = ("" if not floors else
+             "\n\nLinear layers, the lowest worst case open to any model whose time never "
+             "falls as tokens grow (some measured times do fall; the largest fall sets it):"
+             "\n\n" + "\n".join(floors))
     return ("Leave one model out (fit on every other model, predict this one):\n\n"
-            + "\n".join(out) + "\n\nLinear layers, the terms fitted to every model (sim/kernel_model.py: "
+            + "\n".join(out) + floor + "\n\nLinear layers, the terms fitted to every model (sim/kernel_model.py: "
             "t = launch + fixed + fixed_m m / (m + m_fixed) + k_step k + smooth-max_p(bytes / "
             "(beta BW), FLOPs / (alpha F eta))):\n\n" + "\n".join(gemm)
             + "\n\nAll-reduce inside one server, leave one GPU count out:\n\n"

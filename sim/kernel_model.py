@@ -17,8 +17,11 @@ The model, in a few sentences (the one formula both the fit and the figures use)
   the big-GEMM FLOP/s it reaches, and eta(m, n) the share of useful work once the
   (m, n) output is padded to whole tile_m x tile_n tiles and the tiles are dealt out
   in whole waves over the chip's compute units (SMs on a GPU, threads on a CPU; K is
-  split when there are fewer tiles than units), times m / (m + m_half) for the multiply
-  units a GEMM with few tokens leaves idle. fixed(m) = fixed + fixed_m m / (m + m_fixed)
+  split when there are fewer tiles than units), lowered further for the multiply units
+  a GEMM with few tokens leaves idle: the math takes as long as m_half more token rows
+  would at the full rate (FLOPs / (alpha F eta) = 2 n k (m / w + m_half) / (alpha F),
+  w being the tiles-and-waves share). Every term grows with m, so the model never
+  predicts a shorter time for more tokens. fixed(m) = fixed + fixed_m m / (m + m_fixed)
   is the kernel's own start-up and tail: a GEMM of a handful of tokens runs as a light
   kernel, and the tiled tensor-core kernels that take over as m grows cost fixed_m more
   to start and drain. k_step k is the latency of walking the K dimension: each step of
@@ -114,7 +117,7 @@ class GemmShapeParams:
     tile_m: int                   # output tile along the token dimension
     tile_n: int                   # output tile along the feature dimension
     smoothness: float             # p of smooth_max; larger = sharper roofline corner
-    half_rate_tokens: float = 0.0  # m_half: with m tokens the math runs m / (m + m_half) as fast
+    half_rate_tokens: float = 0.0  # m_half: the math takes as long as m + m_half tokens would
     fixed_s: float = 0.0          # a GEMM kernel's own start-up and tail beyond one launch, s
     fixed_m_s: float = 0.0        # extra start-up of the kernels used with many tokens, s
     fixed_half_tokens: float = 0.0  # m_fixed: with m tokens, fixed_m_s x m / (m + m_fixed) is paid
@@ -127,7 +130,9 @@ class GemmShapeParams:
         m = np.asarray(m, dtype=float)
         if tile_wave is None:
             tile_wave = tile_wave_efficiency(m, n, self.tile_m, self.tile_n, compute_units)
-        return tile_wave * m / (m + self.half_rate_tokens)
+        # FLOPs / (alpha F eta) = 2 n k (m / tile_wave + m_half) / (alpha F): m / tile_wave
+        # grows with m (whole tiles, whole waves), so the time never falls as m grows
+        return tile_wave * m / (m + self.half_rate_tokens * tile_wave)
 
     def overhead_s(self, m, k):
         """The kernel's time beyond one launch that no roofline term explains: its start-up

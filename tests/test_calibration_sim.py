@@ -99,6 +99,27 @@ def test_shape_aware_gemm_golden_value():
     assert t4 == pytest.approx(t16 / 4, rel=0.02)
 
 
+def test_few_tokens_cost_m_half_more_rows_of_math():
+    g = kernel_model.GemmShapeParams(0.9, 0.8, 16, 64, 4.0, half_rate_tokens=64.0)
+    # the math of m tokens takes as long as m / w + m_half rows would at the full rate,
+    # w being the tiles-and-waves share: eta = w m / (m + m_half w)
+    for m in (8, 33, 4096):
+        w = float(kernel_model.tile_wave_efficiency(m, 5120, 16, 64, 132))
+        assert float(g.efficiency(m, 5120, 132)) == pytest.approx(w * m / (m + 64 * w), rel=1e-12)
+    flops_s = 2 * 33 * 5120 * 5120 / (0.9 * 9.9e14 * float(g.efficiency(33, 5120, 132)))
+    w33 = float(kernel_model.tile_wave_efficiency(33, 5120, 16, 64, 132))
+    assert flops_s == pytest.approx(2 * 5120 * 5120 * (33 / w33 + 64) / (0.9 * 9.9e14), rel=1e-12)
+    # so more tokens never take less time, tile steps, waves and split K included
+    m = np.arange(1, 2049, dtype=float)
+    for tile_m, tile_n, units in ((16, 64, 132), (128, 128, 132), (64, 256, 108), (1, 32, 1)):
+        g = replace(g, tile_m=tile_m, tile_n=tile_n)
+        for n, k in ((5120, 5120), (768, 4096), (28672, 8192)):
+            t = g.time_s(2 * m * n * k, 2 * (m * k + k * n + m * n), m, n, k,
+                         bandwidth_bytes_per_s=3.3e12, flops_per_s=9.9e14, launch_overhead_s=2e-6,
+                         compute_units=units)
+            assert np.all(np.diff(t) >= 0), (tile_m, tile_n, units, n, k)
+
+
 def test_attention_and_elementwise_use_fitted_terms():
     cal = _fitted()
     want = 3e-6 + 5e-6 + float(kernel_model.smooth_max(1e9 / (0.7 * 4e12), 1e12 / (0.6 * 7e14), 4.0))

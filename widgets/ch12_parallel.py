@@ -19,7 +19,7 @@ from bokeh.models import ColumnDataSource, Span
 
 from sim.parallel import ParallelParams, plan_parallel
 from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, SKY, VERMILION, FigureView, fmt_gib, fmt_ms, gpu_select,
-                          inset_legend, model_select, plot, provenance, readout, rows_table, watch)
+                          inset_legend, label_ticks, model_select, plot, provenance, readout, rows_table, watch)
 
 FIGURE_ID = "ch12-parallel"
 TITLE = "Spreading a model over GPUs: memory per GPU, decode step, experts touched"
@@ -80,8 +80,7 @@ def build() -> FigureView:
                                            data_parallel=copies.value))
         labels = {i: _name(l) for i, l in enumerate(res.candidates)}
         for p in (p_mem, p_step):
-            p.xaxis.ticker = list(labels)
-            p.xaxis.major_label_overrides = labels
+            label_ticks(p.xaxis, labels)
         x = list(range(len(res.candidates)))
         wts, kvs = res.candidate_weight_bytes_per_gpu / GiB, res.candidate_kv_bytes_per_gpu / GiB
         memory.data = {"x": x, "weights": wts, "kv": wts + kvs, "top": res.candidate_used_bytes_per_gpu / GiB,

@@ -16,7 +16,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from sim.engines import (AS_OF, ENGINES, FEATURES, HARDWARE, MULTI_GPU_NEEDS, QUANT_NEEDS, EngineNeedsParams,
                          choose_engines)
 from widgets.base import (CONTROL_WIDTH, GREEN, GREY, VERMILION, YELLOW, FigureView, inset_legend, legend_glyph, plot,
-                          provenance, readout, watch)
+                          label_ticks, provenance, readout, watch)
 
 FIGURE_ID = "ch13-engines"
 TITLE = "Inference engines feature by feature, and the ones that fit your needs"
@@ -60,10 +60,8 @@ def build() -> FigureView:
         r = choose_engines(EngineNeedsParams(hardware=hardware.value, quantization=quant.value,
                                              multi_gpu=multi.value, prefix_reuse=prefix.value,
                                              speculative=spec.value, include_unmaintained=old.value))
-        p.yaxis.ticker = list(range(len(r.engines)))
-        p.yaxis.major_label_overrides = dict(enumerate(r.engines))
-        p.xaxis.ticker = list(range(n_cols))
-        p.xaxis.major_label_overrides = dict(enumerate([*r.features, "fits your needs"]))
+        label_ticks(p.yaxis, dict(enumerate(r.engines)))
+        label_ticks(p.xaxis, dict(enumerate([*r.features, "fits your needs"])))
         cols = {k: [] for k in cells.data}
 
         def add(*values) -> None:

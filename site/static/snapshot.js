@@ -52,9 +52,12 @@ export function deserializer(s) {
   return known.fn;
 }
 
-// The installed files, packed: the 8 bytes of FILES_MAGIC, a u32 (little-endian) length of
-// a JSON index [[path, size], ...], the index, then the files' bytes in index order.
-const FILES_MAGIC = new TextEncoder().encode("GUIDEFS1");
+// How the snapshot's two files begin (checked before either is used): Pyodide's snapshot
+// header, and the installed files packed: the 8 bytes of FILES_MAGIC, a u32 (little-endian)
+// length of a JSON index [[path, size], ...], the index, then the files' bytes in index order.
+export const SNAPSHOT_MAGIC = new Uint8Array([0x00, 0x73, 0x6e, 0x70]);
+export const FILES_MAGIC = new TextEncoder().encode("GUIDEFS1");
+export const startsWith = (bytes, head) => bytes.length >= head.length && head.every((b, i) => bytes[i] === b);
 
 export function packFiles(entries) {
   const index = entries.map(([p, data]) => [p, data.length]);
@@ -70,7 +73,7 @@ export function packFiles(entries) {
 }
 
 export function unpackFiles(u8) {
-  if (!FILES_MAGIC.every((b, i) => u8[i] === b)) throw new Error("installed files: not a file pack");
+  if (!startsWith(u8, FILES_MAGIC)) throw new Error("installed files: not a file pack");
   const head = FILES_MAGIC.length + 4;
   const n = new DataView(u8.buffer, u8.byteOffset, u8.byteLength).getUint32(FILES_MAGIC.length, true);
   const index = JSON.parse(new TextDecoder().decode(u8.subarray(head, head + n)));

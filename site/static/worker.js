@@ -140,18 +140,17 @@ async function fill(buf, chunks, what) {
   return buf;
 }
 
-// How the snapshot's memory and its file pack begin (Pyodide's snapshot header; static/snapshot.js).
-const MAGIC = [new Uint8Array([0x00, 0x73, 0x6e, 0x70]), new TextEncoder().encode("GUIDEFS1")];
-const startsWith = (bytes, head) => bytes.length >= head.length && head.every((b, i) => bytes[i] === b);
-
 // One of the snapshot's files from the server, decompressed: first as <name>.bin, which a
 // host serving precompressed copies answers with its brotli (or gzip) copy, decoded by the
 // browser; a host that does not answers 404 (or anything else: checked by its first bytes),
-// and <name>.bin.gz is fetched and gunzipped here (builder/snapshot.py).
-async function fromServer(url, magic) {
+// and <name>.bin.gz is fetched and gunzipped here (builder/snapshot.py). `magicName` is the
+// export of static/snapshot.js (`helpers`, that module, loading meanwhile) saying how the
+// file begins.
+async function fromServer(url, magicName, helpers) {
   try {
     const r = await fetch(ROOT + url.replace(/\.gz$/, ""));
     if (r.ok) {
+      const { startsWith, [magicName]: magic } = await helpers;
       const reader = r.body.getReader();
       let head = new Uint8Array(0);          // a decoder may hand over a few bytes at first
       while (head.length < magic.length) {
@@ -177,7 +176,7 @@ async function fromServer(url, magic) {
 // The snapshot's two big files, decompressed into buffers of their known sizes: from Cache
 // Storage (a cache named by the snapshot's id, written after an earlier page went live),
 // else from the server (brotli or gzip, through the HTTP cache).
-async function snapshotFiles(snap) {
+async function snapshotFiles(snap, helpers) {
   const cacheName = `guide-snapshot-${snap.id}`;
   const wanted = [[snap.memory, snap.memory_size], [snap.files, snap.files_size]];
   const cache = typeof caches === "undefined" ? null : await within(STORAGE_TIMEOUT_MS, caches.open(cacheName), null);
@@ -192,7 +191,7 @@ async function snapshotFiles(snap) {
       caches.delete(cacheName).catch(() => {});     // the next page reads the server's copy
       throw new Error(`the snapshot kept in Cache Storage did not read back (${url})`);
     }
-    const { chunks, how } = await fromServer(url, MAGIC[i]);
+    const { chunks, how } = await fromServer(url, i ? "FILES_MAGIC" : "SNAPSHOT_MAGIC", helpers);
     snapshotTransfer[i ? "files" : "memory"] = how;
     return fill(buffers[i], chunks, url);
   });
@@ -218,7 +217,7 @@ async function restoreSnapshot(runtime, snap) {
   const pyodideModule = import(ROOT + runtime.module);
   const helpers = import("./snapshot.js");
   const metaP = fetch(ROOT + snap.meta).then((r) => { if (!r.ok) throw new Error(`${snap.meta}: HTTP ${r.status}`); return r.json(); });
-  const { memory, memoryDone, filesDone } = await snapshotFiles(snap);
+  const { memory, memoryDone, filesDone } = await snapshotFiles(snap, helpers);
   step("storage");
   // failures surface where these are awaited; none is left unhandled meanwhile
   for (const p of [metaP, memoryDone, filesDone]) p.catch(() => {});

@@ -26,7 +26,8 @@ COMPRESSIBLE = {".html", ".js", ".mjs", ".css", ".json", ".wasm", ".svg", ".txt"
 GZIP_MIN_BYTES = 8192
 # brotli at its best (quality 11) is slow (about 2.5 s per MB here), so its output is kept
 # in the cache by the input's sha256: a vendored runtime file is compressed once. Files
-# over BROTLI_LARGE_BYTES (a memory snapshot) get quality 9 with a 16 MB window instead.
+# over BROTLI_LARGE_BYTES get quality 9 with a 16 MB window instead (none today: the
+# memory snapshot is not among these files; builder/snapshot.py compresses it).
 BROTLI_LARGE_BYTES = 16 << 20
 
 

@@ -24,7 +24,8 @@ from builder.serve import serving  # noqa: E402
 from tests.browser import chromium_context, wait_states  # noqa: E402
 
 
-def run(site: Path, first: str, further: list[str], encodings) -> dict:
+def run(site: Path, first: str, further: list[str], encodings) -> tuple[dict, dict]:
+    """(bytes sent per row, {url: [requests, bytes]} of the first page until its figures are live)"""
     from playwright.sync_api import sync_playwright
 
     figures = {c["file"]: c["figures"] for c in json.loads((site / "chapters.json").read_text())}
@@ -37,7 +38,7 @@ def run(site: Path, first: str, further: list[str], encodings) -> dict:
         page.goto(base + first)
         wait_states(page, figures[first], timeout_s=300)
         out["page"] = sent()
-        out["page by file"] = {k: list(v) for k, v in counters.items()}
+        by_file = {k: list(v) for k, v in counters.items()}
         page.wait_for_function("document.documentElement.dataset.offline === 'ready'", timeout=300000, polling=200)
         out["offline copy"] = sent() - out["page"]
         page.close()
@@ -48,7 +49,7 @@ def run(site: Path, first: str, further: list[str], encodings) -> dict:
             wait_states(page, figures[name], timeout_s=300)
             out[f"further: {name}"] = sent() - before
             page.close()
-    return out
+    return out, by_file
 
 
 def main() -> int:
@@ -61,8 +62,9 @@ def main() -> int:
     args = ap.parse_args()
     further = [f for f in args.further.split(",") if f]
     variants = {"brotli + gzip": (("br", ".br"), ("gzip", ".gz")), "gzip only": (("gzip", ".gz"),)}
-    results = {name: run(args.site.resolve(), args.first, further, enc) for name, enc in variants.items()}
-    rows = [r for r in next(iter(results.values())) if r != "page by file"]
+    runs = {name: run(args.site.resolve(), args.first, further, enc) for name, enc in variants.items()}
+    results = {name: sums for name, (sums, _) in runs.items()}
+    rows = list(next(iter(results.values())))
     print(f"| bytes sent (MB) | {' | '.join(results)} |")
     print(f"|---|{'---:|' * len(results)}")
     for row in rows:
@@ -70,9 +72,9 @@ def main() -> int:
     total = {n: r["page"] + r["offline copy"] for n, r in results.items()}
     print(f"| first visit incl. offline copy | {' | '.join(f'{t / 1e6:.2f}' for t in total.values())} |")
     if args.by_file:
-        name, r = next(iter(results.items()))
+        name, (_, by_file) = next(iter(runs.items()))
         print(f"\nthe page's largest transfers ({name}), MB:")
-        for url, v in sorted(r["page by file"].items(), key=lambda kv: -kv[1][1])[:args.by_file]:
+        for url, v in sorted(by_file.items(), key=lambda kv: -kv[1][1])[:args.by_file]:
             print(f"  {v[1] / 1e6:7.3f}  {url}")
     return 0
 

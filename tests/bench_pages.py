@@ -48,7 +48,7 @@ from builder.pages import read_chapters  # noqa: E402
 from builder.runtime import PYODIDE_VERSION, WASM_CARRIER_FILE  # noqa: E402
 from builder.serve import serving  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
-from tests.figures import _plain, collect, control_model, control_patch  # noqa: E402
+from tests.figures import collect, control_patch  # noqa: E402
 
 MOVE_JS = """async ([id, key, props]) => {
   // Move one control; time until any of the figure's sources or readouts changed, and
@@ -169,11 +169,7 @@ def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
         widget.value = v
         if shown() == before:        # an option that shows the same as the last one: nothing to time
             continue
-        patch = control_patch(figure_id, key, v)
-        if not patch:                # back at its default: what the last move set, at its default
-            model = control_model(widgets.build(figure_id).layout.get_root(Document()), key)
-            patch = {a: _plain(getattr(model, a)) for a in control_patch(figure_id, key, last)}
-        r = page.evaluate(MOVE_JS, [figure_id, key, patch])
+        r = page.evaluate(MOVE_JS, [figure_id, key, control_patch(figure_id, key, v, start=last)])
         r["control"] = f"{figure_id}.{key}"
         out.append(r)
     return out

@@ -101,12 +101,15 @@ def cpython_state(figure_id: str, changes: list[tuple[str, Any]] = ()) -> dict:
     return collect(root, figure_id)
 
 
-def control_patch(figure_id: str, key: str, value: Any) -> dict:
-    """The Bokeh property values a reader's change of control `key` to `value` sets."""
+def control_patch(figure_id: str, key: str, value: Any, start: Any = None) -> dict:
+    """The Bokeh property values a reader's change of control `key` to `value` sets, from
+    `start` (from the control's default when None)."""
     import widgets
 
     view = widgets.build(figure_id)
     model = control_model(view.layout.get_root(Document()), key)
+    if start is not None:
+        apply_change(view, key, start)
     before = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}
     apply_change(view, key, value)
     after = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}

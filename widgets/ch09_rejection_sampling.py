@@ -18,8 +18,8 @@ from bokeh.models import ColumnDataSource
 
 from sim.speculative import (CHI_SQUARE_LEVEL, DRAFT_PRESETS, REJECTION_TARGET, RejectionParams,
                              demonstrate_rejection_sampling)
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, FigureView, inset_legend, plot, provenance, readout,
-                          rows_table, watch)
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, FigureView, inset_legend, label_ticks, plot, provenance,
+                          readout, rows_table, watch)
 
 FIGURE_ID = "ch09-rejection-sampling"
 TITLE = "The acceptance rule: emitted tokens against the target distribution"
@@ -43,8 +43,7 @@ def build() -> FigureView:
     q_bars = p.vbar(x="x_draft", top="draft", width=0.3, color=GREY, alpha=0.6, source=bars)
     out_bars = p.vbar(x="x_out", top="emitted", width=0.3, color=BLUE, source=bars)
     target = p.segment(x0="x0", y0="target", x1="x1", y1="target", line_color="#111", line_width=3, source=bars)
-    p.xaxis.ticker = list(range(len(TOKENS)))
-    p.xaxis.major_label_overrides = dict(enumerate(TOKENS))
+    label_ticks(p.xaxis, dict(enumerate(TOKENS)))
     p.y_range.start = 0
     inset_legend(p, [("draft q (what is proposed)", q_bars), ("emitted after the rule", out_bars),
                      ("target p", target)])

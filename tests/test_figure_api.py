@@ -128,3 +128,65 @@ def test_a_control_move_changes_properties_not_the_models(figure_id):
         now = {m.id for m in doc.models}
         assert now == ids, (f"moving {key} added {len(now - ids)} and dropped {len(ids - now)} models: "
                             f"{sorted(type(m).__name__ for m in doc.models if m.id in now - ids)}")
+
+
+@pytest.mark.parametrize("figure_id", sorted(widgets.FIGURES))
+def test_a_control_move_changes_nothing_a_legend_refers_to(figure_id):
+    """BokehJS re-renders a legend, and reads the page's layout again to place it, whenever
+    a model its entries refer to changes, down to each renderer's data source: 10-30 ms of
+    the page's main thread per legend and redraw. The entries refer to undrawn stand-ins
+    (widgets.base.static_legends), except where a swatch takes its style from the data."""
+    from bokeh.document import Document
+    from bokeh.models import Legend
+
+    from tests.figures import alternate_value, apply_change
+    from widgets.base import STAND_IN
+
+    view = widgets.build(figure_id)
+    doc = Document()
+    root = view.layout.get_root(doc)
+    doc.add_root(root)
+    watched = set()
+    for legend in root.select({"type": Legend}):
+        for item in legend.items:
+            for r in item.renderers:
+                if STAND_IN in r.tags:
+                    watched |= {m.id for m in r.references()}
+                    assert all(all(v != v for v in col) for col in r.data_source.data.values())   # NaN only
+                else:
+                    assert (figure_id, r.glyph.__class__.__name__) in STYLED_FROM_DATA, \
+                        f"{figure_id}: legend entry {item.label} draws from a renderer of the data"
+    changed = []
+    doc.on_change(lambda event: changed.append(event) if getattr(event, "model", None) is not None
+                  and event.model.id in watched else None)
+    for key, widget in view.controls.items():
+        apply_change(view, key, alternate_value(widget))
+    assert not changed, [f"{type(e.model).__name__}.{getattr(e, 'attr', '')}" for e in changed]
+
+
+STYLED_FROM_DATA = {("ch01-pipeline", "VBar"), ("ch14-model-vs-measured", "Scatter")}   # colour by token / by run
+
+
+def test_a_legend_stand_in_has_its_renderers_style_and_draws_nothing():
+    from bokeh.models import ColumnDataSource, Legend, LegendItem
+    from bokeh.plotting import figure
+
+    from widgets.base import STAND_IN, legend_stand_in, static_legends
+
+    p = figure()
+    src = ColumnDataSource({"x": [1, 2], "y": [3, 4], "c": ["red", "blue"]})
+    line = p.line("x", "y", source=src, line_color="#0072B2", line_dash="dashed", line_width=3)
+    bars = p.vbar(x="x", top="y", width=0.5, fill_color="c", source=src)
+    dots = p.scatter("x", "y", source=src, marker="square")
+    p.add_layout(Legend(items=[LegendItem(label="line", renderers=[line]), LegendItem(label="bars", renderers=[bars]),
+                               LegendItem(label="dots", renderers=[dots])]))
+    static_legends(p)
+    (stand_in,), (kept,), (dots_in,) = (item.renderers for item in p.legend[0].items)
+    assert kept is bars                                    # its colour comes from the data
+    assert stand_in is not line and STAND_IN in stand_in.tags and stand_in in p.renderers and not stand_in.visible
+    assert (stand_in.glyph.line_color, stand_in.glyph.line_dash, stand_in.glyph.line_width) == ("#0072B2", [6], 3)
+    assert dots_in.data_source is stand_in.data_source     # one NaN row for the plot's stand-ins
+    assert dots_in.glyph.marker.value == "square"
+    data = stand_in.data_source.data
+    assert sorted(data) == ["x", "y"] and all(len(v) == 1 and v[0] != v[0] for v in data.values())
+    assert legend_stand_in(p, stand_in, stand_in.data_source, {}) is stand_in   # a second pass leaves it

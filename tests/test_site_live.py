@@ -134,3 +134,56 @@ def test_figure_in_view_is_built_first(chromium, server):
         assert log.errors() == [], log.errors()
     finally:
         page.close()
+
+
+def open_live(chromium, server):
+    """The ch04 page with both figures live, and its log."""
+    page = chromium.new_page()
+    log = attach(page, server)
+    page.goto(server + PAGE)
+    assert wait_states(page, [KNEE, SCHED], timeout_s=180) == {KNEE: "live", SCHED: "live"}
+    return page, log
+
+
+@needs_ch04
+@pytest.mark.browser
+def test_a_move_comes_back_from_python_as_one_patch(chromium, server):
+    """All that one move of a control changes in Python (the scheduler figure's GPU: twelve
+    data sources, an axis range, the readouts) reaches the page as one patch, applied at
+    once, rather than a message and a page update per changed property."""
+    page, log = open_live(chromium, server)
+    try:
+        page.wait_for_timeout(1000)
+        page.evaluate("""() => {
+          window.__patches = [];
+          window.__guide.worker.addEventListener('message', (e) => {
+            if (e.data.type === 'patch') window.__patches.push([e.data.figure, e.data.patch.events.length]);
+          });
+        }""")
+        page.evaluate(SET_JS, [SCHED, "gpu", control_patch(SCHED, "gpu", "A100-80GB")])
+        wait_equal(page, SCHED, cpython_state(SCHED, [("gpu", "A100-80GB")]))
+        page.wait_for_timeout(500)
+        patches = page.evaluate("window.__patches")
+        assert len(patches) == 1 and patches[0][0] == SCHED and patches[0][1] >= 12, patches
+        assert log.errors() == [], log.errors()
+    finally:
+        page.close()
+
+
+@needs_ch04
+@pytest.mark.browser
+def test_a_change_python_refuses_puts_its_figure_in_the_error_state(chromium, server):
+    """A value the figure refuses (a batch far beyond the slider's end, as only a broken
+    page could send) fails in Python: that figure shows the error, the other stays live."""
+    page, log = open_live(chromium, server)
+    try:
+        page.evaluate(SET_JS, [KNEE, "batch", {"value": 10 ** 9}])
+        assert wait_states(page, [KNEE], states=("error",), timeout_s=30) == {KNEE: "error"}
+        message = page.locator(f'[data-figure="{KNEE}"] .fig-error').inner_text()
+        assert "ValueError" in message and "batch" in message, message
+        assert any(f"figure {KNEE}" in t for _, t in log.errors())
+        page.evaluate(SET_JS, [SCHED, "gpu", control_patch(SCHED, "gpu", "A100-80GB")])
+        wait_equal(page, SCHED, cpython_state(SCHED, [("gpu", "A100-80GB")]))
+        assert page.evaluate(STATE_JS, SCHED) == "live"
+    finally:
+        page.close()

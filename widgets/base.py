@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import panel as pn
-from bokeh.models import ColumnDataSource, FixedTicker
+from bokeh.core.property.vectorization import Field
+from bokeh.models import ColumnDataSource, FixedTicker, GlyphRenderer, Legend, Plot
 from bokeh.plotting import figure as bokeh_figure
 
 # Palette (Okabe-Ito: distinguishable with common colour-vision deficiencies)
 BLUE, ORANGE, GREEN, VERMILION, PURPLE, SKY, YELLOW, GREY = (
     "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#7f7f7f")
+
+STAND_IN = "legend-stand-in"   # tag of a renderer drawn only as a legend swatch
 
 CONTROL_WIDTH = 240    # px, the controls column
 PLOT_WIDTH = 620       # px, a plot beside the controls
@@ -55,6 +58,9 @@ class FigureView:
             source.name = f"src-{self.figure_id}-{key}"
         for key, pane in self.readouts.items():
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
+        for pane in self.layout.select(pn.pane.Bokeh):
+            if isinstance(pane.object, Plot):
+                static_legends(pane.object)
 
     def __panel__(self) -> pn.viewable.Viewable:      # pn.panel(view), pn.Row(view, ...)
         return self.layout
@@ -170,8 +176,48 @@ def legend_glyph(p, glyph: str, **style: Any):
     """
     nan = float("nan")
     if glyph in ("rect", "quad"):
-        return p.quad(left=[nan], right=[nan], bottom=[nan], top=[nan], **style)
-    return getattr(p, glyph)(x=[nan], y=[nan], **style)
+        r = p.quad(left=[nan], right=[nan], bottom=[nan], top=[nan], **style)
+    else:
+        r = getattr(p, glyph)(x=[nan], y=[nan], **style)
+    r.tags, r.visible = [STAND_IN], False
+    return r
+
+
+def static_legends(plot) -> None:
+    """Point the legend entries of Bokeh figure `plot` at stand-ins: hidden renderers of
+    the same glyph with the same style, over one row of NaN (a legend draws the swatch of
+    a hidden renderer all the same).
+
+    BokehJS re-renders a legend, and reads the page's layout to place it again
+    (getBoundingClientRect), whenever anything its entries reference changes, down to
+    the data source of each renderer. With the renderers that draw the data, every redraw
+    of a figure cost the page 10-30 ms per legend; the swatch needs the style alone.
+    An entry that takes a colour (or any other style) from the data keeps its renderer.
+    """
+    source = ColumnDataSource(data={})            # one for the plot's stand-ins
+    columns: dict[str, list[float]] = {}
+    for legend in [a for a in plot.center + plot.above + plot.below + plot.left + plot.right
+                   if isinstance(a, Legend)]:
+        for item in legend.items:
+            item.renderers = [legend_stand_in(plot, r, source, columns) for r in item.renderers]
+    source.data = columns
+
+
+def legend_stand_in(plot, renderer, source, columns: dict):
+    """A hidden copy of `renderer` (a GlyphRenderer of `plot`) over `source`, whose columns
+    it adds to `columns` (one NaN each); the renderer itself where its glyph takes more than
+    coordinates from the data, or where it is a stand-in already."""
+    if not isinstance(renderer, GlyphRenderer) or STAND_IN in renderer.tags:
+        return renderer
+    specs = renderer.glyph.properties_with_values(include_defaults=False)
+    fields = [v.field for name, v in specs.items() if isinstance(v, Field)]
+    coordinates = set(renderer.glyph._args) - {"size", "radius", "angle", "marker", "text"}
+    if any(name not in coordinates for name, v in specs.items() if isinstance(v, Field)):
+        return renderer
+    columns.update({col: [float("nan")] for col in fields})
+    stand_in = GlyphRenderer(data_source=source, glyph=renderer.glyph.clone(), visible=False, tags=[STAND_IN])
+    plot.renderers.append(stand_in)
+    return stand_in
 
 
 def inset_legend(p, items: list[tuple[str, Any]], location: str = "top_right") -> None:

@@ -5,8 +5,9 @@ build-time document (the preview, builder/prerender.py) before Python has loaded
 worker builds the same figure with the same model ids (`stable_ids`), so the page can
 adopt the preview as the live figure when the two match (`fingerprint`) instead of
 rendering a second document. Where they do not match, `render` serialises the figure's
-document for the page to embed. Then the page and the session exchange JSON patches
-using Panel's own worker protocol (panel.io.pyodide).
+document for the page to embed. Then the page and the session exchange Bokeh JSON patches
+(encoded as Panel's worker protocol does, panel.io.pyodide); everything one change from
+the page causes goes back as one patch, once Python has handled that change.
 A figure whose build fails is reported by id with its error; the others still go live.
 """
 from __future__ import annotations
@@ -86,8 +87,16 @@ class PageSession:
         # unique ids, as in Panel's own worker documents (panel.io.pyodide.init_doc).
         from bokeh.settings import settings
         settings.simple_ids.set_value(False)
+        # Panel counts every change it handles in pn.state.busy (for a loading indicator,
+        # which the guide does not show); that bookkeeping was about a fifth of Python's time
+        # per control move in Pyodide.
+        from panel.io.state import state
+        state._add_busy_event = state._remove_busy_event = lambda event_id: None
         self.docs: dict = {}                # figure id -> its Bokeh document
         self.roots: dict = {}               # figure id -> its root model
+        self.senders: dict = {}             # figure id -> send_patch, once linked
+        self.held: dict = {}                # figure id -> its changes not yet sent
+        self.applying = False               # inside apply_patch: changes wait for its end
 
     def build(self, figure_id: str) -> str:
         """Build one figure; JSON {"figure", "fingerprint"} or {"figure", "error"}."""
@@ -127,20 +136,54 @@ class PageSession:
                            "root_id": root.id})
 
     def link(self, figure_id: str, send_patch) -> None:
-        """Forward every later change of the figure's document to the page as a JSON patch
-        (send_patch(patch, buffers, figure_id))."""
-        from panel.io.pyodide import _link_docs_worker
-        from panel.io.state import set_curdoc
+        """Forward every later change of the figure's document to the page as a JSON patch,
+        send_patch(patch, buffers, figure_id): the changes a patch from the page causes go
+        together when apply_patch ends, any other change at once. (Panel's
+        _link_docs_worker sends each change as a patch of its own: one message, and one
+        update of the page, per changed property.)"""
+        import functools
+
+        from bokeh.events import DocumentReady
+        from panel.io.state import set_curdoc, state
 
         doc = self.docs[figure_id]
+        self.senders[figure_id], self.held[figure_id] = send_patch, []
+
+        def hold(event) -> None:
+            if getattr(event, "setter", None) == "js":   # the page's own change, applied here
+                return
+            self.held[figure_id].append(event)
+            if not self.applying:
+                self.send(figure_id)
+
         with set_curdoc(doc):
-            _link_docs_worker(doc, send_patch, msg_id=figure_id, setter="js")
+            doc.on_change(hold)
+            doc.unhold()
+            doc.on_event("document_ready", functools.partial(state._schedule_on_load, doc))
+            doc.callbacks.trigger_event(DocumentReady())
+
+    def send(self, figure_id: str) -> None:
+        """Send the figure's held changes to the page as one patch (Panel's encoding)."""
+        import js
+        import pyodide.ffi
+        from panel.io.pyodide import _dict_converter, _process_document_events
+
+        events, self.held[figure_id] = self.held[figure_id], []
+        if not events:
+            return
+        patch, buffer_map = _process_document_events(self.docs[figure_id], events)
+        patch = pyodide.ffi.to_js(patch, dict_converter=_dict_converter)
+        buffers = js.Map.new(js.Object.entries(pyodide.ffi.to_js(buffer_map)))
+        self.senders[figure_id](patch, buffers, figure_id)
 
     def apply_patch(self, figure_id: str, patch) -> str | None:
-        """Apply a patch from the page (a reader's change); return an error text on failure."""
+        """Apply a patch from the page (a reader's change), then send what it changed; return
+        an error text on failure."""
         from panel.io.pyodide import _convert_json_patch
         from panel.io.state import set_curdoc, state
 
+        failure = None
+        self.applying = True
         try:
             doc = self.docs[figure_id]
             # Panel dispatches model updates at once only for the current document
@@ -149,7 +192,19 @@ class PageSession:
             with set_curdoc(doc):
                 doc.apply_json_patch(_convert_json_patch(patch), setter="js")
         except Exception as exc:
-            text = _error_text(exc)
-            print(f"figure {figure_id}: {text}", file=sys.stderr)
-            return json.dumps({"figure": figure_id, "message": text})
-        return None
+            failure = _failure(figure_id, exc)
+        finally:
+            self.applying = False
+        for fid in self.senders:        # what the change did, as one patch per figure
+            try:
+                self.send(fid)
+            except Exception as exc:
+                failure = failure or _failure(fid, exc)
+        return failure
+
+
+def _failure(figure_id: str, exc: BaseException) -> str:
+    """A failed change, for the page's error box (JSON {figure, message}) and the console."""
+    text = _error_text(exc)
+    print(f"figure {figure_id}: {text}", file=sys.stderr)
+    return json.dumps({"figure": figure_id, "message": text})

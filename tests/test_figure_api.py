@@ -186,7 +186,7 @@ def test_a_legend_stand_in_has_its_renderers_style_and_draws_nothing():
     assert stand_in is not line and STAND_IN in stand_in.tags and stand_in in p.renderers and not stand_in.visible
     assert (stand_in.glyph.line_color, stand_in.glyph.line_dash, stand_in.glyph.line_width) == ("#0072B2", [6], 3)
     assert dots_in.data_source is stand_in.data_source     # one NaN row for the plot's stand-ins
-    assert dots_in.glyph.marker.value == "square"
+    assert dots_in.glyph.marker == dots.glyph.marker == "square"     # plain values, as on the original
     data = stand_in.data_source.data
     assert sorted(data) == ["x", "y"] and all(len(v) == 1 and v[0] != v[0] for v in data.values())
     assert legend_stand_in(p, stand_in, stand_in.data_source, {}) is stand_in   # a second pass leaves it

@@ -215,7 +215,9 @@ def legend_stand_in(plot, renderer, source, columns: dict):
     if any(name not in coordinates for name, v in specs.items() if isinstance(v, Field)):
         return renderer
     columns.update({col: [float("nan")] for col in fields})
-    stand_in = GlyphRenderer(data_source=source, glyph=renderer.glyph.clone(), visible=False, tags=[STAND_IN])
+    glyph = renderer.glyph        # (its clone() would wrap plain values, a colour in a Value)
+    copy = type(glyph)(**{name: getattr(glyph, name) for name in specs})
+    stand_in = GlyphRenderer(data_source=source, glyph=copy, visible=False, tags=[STAND_IN])
     plot.renderers.append(stand_in)
     return stand_in
 

@@ -19,6 +19,8 @@ from bokeh.models import FactorRange, GlyphRenderer, Legend, LogScale, Range1d, 
 from bokeh.models.glyphs import (Circle, HBar, Line, MultiLine, Patch, Quad, Rect, Scatter, Segment,
                                  Step, Text, VArea, VBar)
 
+from widgets.base import legends
+
 PAD = dict(left=62, right=16, top=46, bottom=46)     # px around the plot area, like Bokeh's defaults
 FONT = "font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif"
 NAMED_DASH = {"dashed": "6 4", "dotted": "2 3", "dotdash": "2 3 6 3", "dashdot": "6 3 2 3"}
@@ -416,7 +418,7 @@ def plot_svg(p) -> str:
     if yl:
         parts.append(f'<text transform="translate(14 {(y0+y1)/2:.0f}) rotate(-90)" font-size="12" fill="#444" '
                      f'text-anchor="middle">{e(yl)}</text>')
-    for legend in [a for a in p.center + p.right + p.above + p.left + p.below if isinstance(a, Legend)]:
+    for legend in legends(p):
         band = legend in above
         i = above.index(legend) if band else 0
         ly, lx = (PAD["top"] + 10 + 16 * sum(rows[:i]) + 2 * i, x0) if band else (y1 + 14, x0 + 10)

@@ -4,7 +4,7 @@
 // boots the vendored Pyodide from PYODIDE_DIR (the build's vendor/pyodide/, with its
 // merged lock and wheels), installs PACKAGE (the guide's wheel, which depends on all the
 // figures import), imports numpy, Bokeh, Panel, sim, widgets, widgets.runtime and every
-// figure module, then writes to OUT_DIR:
+// figure module, builds every figure (widgets.runtime.prebuild), then writes to OUT_DIR:
 //   snapshot.bin  the wasm memory, as Pyodide's makeMemorySnapshot writes it
 //   files.bin     the installed files the restored runtime needs on its file system
 //                 (static/snapshot.js packFiles), without the compiled modules that are
@@ -100,6 +100,8 @@ from widgets.runtime import PageSession
 for _fid in widgets.FIGURES:
     widgets.module(_fid)
 del _fid
+# every figure built, for the page to take instead of building it (widgets.runtime.prebuild)
+widgets.runtime.prebuild(widgets.FIGURES)
 gc.collect()
 # compiled modules now in memory: their files need not be shipped with the snapshot (a
 # module imported from its source keeps the source, for tracebacks, not its __pycache__)

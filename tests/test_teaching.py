@@ -7,11 +7,11 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from bokeh.models import Legend
 
 import widgets
 from builder.common import SITE_SRC
 from builder.pages import read_references, sim_namespace
+from widgets.base import legends
 
 CHAPTERS = Path(SITE_SRC) / "chapters"
 
@@ -19,7 +19,7 @@ CHAPTERS = Path(SITE_SRC) / "chapters"
 def legend_colours(view) -> set:
     out = set()
     for p in view.plots:
-        for legend in [a for a in p.center + p.above + p.right + p.below + p.left if isinstance(a, Legend)]:
+        for legend in legends(p):
             for item in legend.items:
                 g = item.renderers[0].glyph
                 out.add(getattr(g, "fill_color", None) if hasattr(g, "fill_color") else g.line_color)

@@ -183,6 +183,11 @@ def legend_glyph(p, glyph: str, **style: Any):
     return r
 
 
+def legends(plot) -> list:
+    """The Legends of Bokeh figure `plot`, inside it and in its side panels."""
+    return [a for a in plot.center + plot.above + plot.below + plot.left + plot.right if isinstance(a, Legend)]
+
+
 def static_legends(plot) -> None:
     """Point the legend entries of Bokeh figure `plot` at stand-ins: hidden renderers of
     the same glyph with the same style, over one row of NaN (a legend draws the swatch of
@@ -196,8 +201,7 @@ def static_legends(plot) -> None:
     """
     source = ColumnDataSource(data={})            # one for the plot's stand-ins
     columns: dict[str, list[float]] = {}
-    for legend in [a for a in plot.center + plot.above + plot.below + plot.left + plot.right
-                   if isinstance(a, Legend)]:
+    for legend in legends(plot):
         for item in legend.items:
             item.renderers = [legend_stand_in(plot, r, source, columns) for r in item.renderers]
     source.data = columns
@@ -210,11 +214,11 @@ def legend_stand_in(plot, renderer, source, columns: dict):
     if not isinstance(renderer, GlyphRenderer) or STAND_IN in renderer.tags:
         return renderer
     specs = renderer.glyph.properties_with_values(include_defaults=False)
-    fields = [v.field for name, v in specs.items() if isinstance(v, Field)]
+    fields = {name: v.field for name, v in specs.items() if isinstance(v, Field)}
     coordinates = set(renderer.glyph._args) - {"size", "radius", "angle", "marker", "text"}
-    if any(name not in coordinates for name, v in specs.items() if isinstance(v, Field)):
+    if not set(fields) <= coordinates:
         return renderer
-    columns.update({col: [float("nan")] for col in fields})
+    columns.update({col: [float("nan")] for col in fields.values()})
     glyph = renderer.glyph        # (its clone() would wrap plain values, a colour in a Value)
     copy = type(glyph)(**{name: getattr(glyph, name) for name in specs})
     stand_in = GlyphRenderer(data_source=source, glyph=copy, visible=False, tags=[STAND_IN])

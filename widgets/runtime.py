@@ -74,6 +74,24 @@ def build_document(figure_id: str, doc) -> object:
     return view, new[0]
 
 
+# figure id -> (its document, root, fingerprint), built ahead by `prebuild` for a
+# PageSession.build to take as they are (each once)
+_PREBUILT: dict = {}
+
+
+def prebuild(figure_ids) -> None:
+    """Build figures `figure_ids` now, each for one later PageSession.build. The site's
+    build runs this in Pyodide before it makes the memory snapshot (builder/snapshot.mjs),
+    so a page restored from it only links its figures: building one in the browser takes
+    about a second. A page that boots Python normally builds its figures itself."""
+    session = PageSession()
+    for figure_id in figure_ids:
+        built = json.loads(session.build(figure_id))
+        if "error" in built:
+            raise RuntimeError(f"figure {figure_id} failed to build:\n{built['error']}")
+        _PREBUILT[figure_id] = (session.docs[figure_id], session.roots[figure_id], built["fingerprint"])
+
+
 class PageSession:
     """The figures of one page, each live in a Bokeh document of its own."""
 
@@ -99,11 +117,15 @@ class PageSession:
         self.applying = False               # inside apply_patch: changes wait for its end
 
     def build(self, figure_id: str) -> str:
-        """Build one figure; JSON {"figure", "fingerprint"} or {"figure", "error"}."""
+        """Build one figure (or take it from `prebuild`); JSON {"figure", "fingerprint"}
+        or {"figure", "error"}."""
         from bokeh.document import Document
         from panel.io.document import MockSessionContext
         from panel.io.state import set_curdoc, state
 
+        if figure_id in _PREBUILT:
+            self.docs[figure_id], self.roots[figure_id], made = _PREBUILT.pop(figure_id)
+            return json.dumps({"figure": figure_id, "fingerprint": made})
         try:
             doc = Document()
             doc.hold()
@@ -120,6 +142,10 @@ class PageSession:
             # Changes from here on are held until `link`.
             doc.unhold()
             doc.hold()
+            # The page has every model already. (Bokeh counts a model as new until a patch or
+            # a whole document has carried it; left so, applying each patch from the page
+            # copied the set of the figure's models still new, and sending one walked it.)
+            doc.models.flush_synced()
             self.docs[figure_id], self.roots[figure_id] = doc, root
             return json.dumps({"figure": figure_id, "fingerprint": fingerprint(root)})
         except Exception as exc:   # one broken figure must not take the page down

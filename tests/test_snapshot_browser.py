@@ -1,7 +1,8 @@
 """Browser tests of the memory snapshot (builder/snapshot.py, static/worker.js boot):
 
-- a page restored from the snapshot and the same page booted normally (?boot=normal) show
-  identical figures: every data source and readout at load and after each control move;
+- a page restored from the snapshot (every figure built in it) and the same page booted
+  normally (?boot=normal), which builds its figures, show identical figures: every data
+  source and readout at load and after each control move;
 - a snapshot that cannot be used (garbage instead of the file, or a page naming another
   runtime build) falls back to the normal boot: every figure goes live, no error shown.
 """
@@ -15,6 +16,7 @@ import time
 import brotli
 import pytest
 
+import widgets
 from tests.browser import attach, wait_states
 from tests.figures import COLLECT_JS, SET_JS, close, control_patch, cpython_state
 from tests.test_site_browser import CHAPTERS, wait_equal
@@ -56,6 +58,9 @@ def test_snapshot_and_normal_boot_show_identical_figures(chromium, server, site_
         booted = snap.evaluate(BOOT_JS)
         assert booted["path"] == "snapshot" and booted["reason"] in ("network", "cache"), booted
         assert list(booted["steps"]) == ["storage", "runtime", "files", "libraries", "snapshot_bytes", "restored"]
+        # the snapshot held every figure built, and Python's garbage collector frozen
+        assert booted["held"]["prebuilt"] == sorted(widgets.FIGURES), booted["held"]
+        assert booted["held"]["frozen"] > 0, booted["held"]
         normal, normal_log, states = load(chromium, server, chapter["file"] + "?boot=normal", figures)
         assert states == {f: "live" for f in figures}
         assert normal.evaluate(BOOT_JS) == {"path": "normal", "reason": "asked for (boot=normal)"}

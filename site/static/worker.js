@@ -44,7 +44,11 @@ async function boot(runtime, bootMode) {
   if (bootMode === "normal") return { pyodide: await normalBoot(runtime), path: "normal", reason: "asked for (boot=normal)" };
   try {
     const pyodide = await restoreSnapshot(runtime, snap);
-    return { pyodide, path: "snapshot", reason: snapshotSource, steps: restoreSteps,
+    // what the snapshot holds ready: the figures built (widgets.runtime.prebuild) and how
+    // many objects Python's garbage collector leaves alone (frozen)
+    const held = JSON.parse(pyodide.runPython(
+      "import gc, json, widgets.runtime as r; json.dumps({'prebuilt': sorted(r._PREBUILT), 'frozen': gc.get_freeze_count()})"));
+    return { pyodide, path: "snapshot", reason: snapshotSource, steps: restoreSteps, held,
              ...(snapshotSource === "network" ? { transfer: snapshotTransfer } : {}) };
   } catch (e) {
     const reason = String(e && e.message ? e.message : e);
@@ -275,6 +279,7 @@ async function start(figures, runtime, bootMode) {
   pyodide = booted.pyodide;
   post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(),
          boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}),
+                 ...(booted.held ? { held: booted.held } : {}),
                  ...(booted.transfer ? { transfer: booted.transfer } : {}) } });
   progress("figures", 0, figures.length);
   pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);

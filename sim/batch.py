@@ -79,6 +79,17 @@ class Precision:
         return self.compute_dtype or arithmetic_dtype(self.lm_head_dtype or self.weight_dtype, self.act_dtype)
 
 
+def _counts(name: str, values, minimum: int) -> tuple:
+    """`values` as a tuple of ints >= minimum, each checked as check_int does (the same
+    errors). Plain ints need only the bound: a decode batch of 1,024 users is 2,048 of them."""
+    values = tuple(values)
+    if all(type(v) is int for v in values):
+        if values and min(values) < minimum:
+            check_int(name, min(values), minimum=minimum)
+        return values
+    return tuple(check_int(name, v, minimum=minimum) for v in values)
+
+
 @dataclass(frozen=True)
 class Batch:
     """The sequences one forward step processes."""
@@ -88,8 +99,8 @@ class Batch:
     logits_seqs: Optional[int] = None   # rows of logits the step computes; None: one per sequence
 
     def __post_init__(self) -> None:
-        new = tuple(check_int("new_tokens", n, minimum=1) for n in self.new_tokens)
-        ctx = tuple(check_int("context_tokens", c, minimum=0) for c in self.context_tokens)
+        new = _counts("new_tokens", self.new_tokens, 1)
+        ctx = _counts("context_tokens", self.context_tokens, 0)
         if not new:
             raise ValueError("a batch needs at least one sequence")
         if len(new) != len(ctx):

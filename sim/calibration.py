@@ -325,7 +325,9 @@ def recorded_devices(directory: Path | str | None = None) -> tuple[RecordedDevic
     Each carries its Calibration, Provenance (device, date, torch, held-out errors of the
     model and of the plain roofline) and every measured point with both predictions.
     """
-    return _recorded_devices_in(str(Path(directory or CALIBRATION_DIR).resolve()))
+    # (CALIBRATION_DIR is resolved once, at import: resolving a path stats every folder on
+    # the way, and the figures ask for the recorded devices on every change)
+    return _recorded_devices_in(str(CALIBRATION_DIR if directory is None else Path(directory).resolve()))
 
 
 def recorded_device(slug: str, directory: Path | str | None = None) -> RecordedDevice:

@@ -168,6 +168,26 @@ def test_quant_demo_outliers_hurt_per_tensor_more_than_groups():
     assert len(nv.levels_first_group) == 15 and nv.bits_per_weight == pytest.approx(4.5, abs=1e-3)
 
 
+def test_quant_demo_speed_rows_are_each_formats_own_decode_step():
+    """The comparison rows (kept between calls) are the decode step of each format's own
+    deployment, the same whichever format was asked for before."""
+    from sim import hardware, models
+    from sim.forward import decode_step
+
+    p = quant.QuantDemoParams(fmt="int3", gpu="A100-80GB", batch=16, kv_dtype="fp8")
+    quant._speed_row.cache_clear()
+    first = quant.quantize_demo(p)
+    quant.quantize_demo(quant.QuantDemoParams(fmt="int8", gpu="A100-80GB", batch=16, kv_dtype="fp8"))
+    again = quant.quantize_demo(p)
+    assert quant._speed_row.cache_info().hits >= len(quant.SPEED_SCHEMES)
+    np.testing.assert_array_equal(first.speed_step_time_s, again.speed_step_time_s)
+    m, g = models.get("llama-3.1-8b"), hardware.get("A100-80GB")
+    for (name, scheme), t in zip([*quant.SPEED_SCHEMES, ("this", QuantScheme("int3", "group", 128))],
+                                 first.speed_step_time_s):
+        prec, _, _ = quant.deployment_precision(scheme, g, "weights", "fp8", m.hidden_size)
+        assert t == decode_step(m, g, 16, 4096, prec).time_s, name
+
+
 def test_formats_table():
     rows = quant.formats_table(n_params=7e9)
     names = [r.name for r in rows]

@@ -269,6 +269,11 @@ def test_roofline_chart_places_the_ops():
     (lambda: ops.op_times("llama-3.1-8b", "TPU", 1), "valid names: H100-SXM"),
     (lambda: Batch((1, 2), (0,)), "new_tokens has 2 entries"),
     (lambda: Batch((0,), (0,)), "new_tokens must be >= 1"),
+    (lambda: Batch((1,) * 999 + (0,), (5,) * 1000), "new_tokens must be >= 1, got 0"),
+    (lambda: Batch((1, 2), (4, -3)), "context_tokens must be >= 0, got -3"),
+    (lambda: Batch((1, 2.5), (0, 0)), "new_tokens must be an integer, got 2.5"),
+    (lambda: Batch((1, True), (0, 0)), "new_tokens must be an integer, got True"),
+    (lambda: Batch((1,), (float("nan"),)), "context_tokens must be an integer, got nan"),
     (lambda: Precision(weight_dtype="int3"), "valid dtypes: fp32, bf16"),
     (lambda: roofline.ridge_point("H100-SXM", "fp4"), "valid dtypes"),
     (lambda: batching.BatchSweepParams(batch=2000), "batch must be <= 1024"),
@@ -277,6 +282,15 @@ def test_roofline_chart_places_the_ops():
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_batch_holds_its_token_counts_as_ints():
+    import numpy as np
+    b = Batch((1, 2.0, np.int64(3)), [0, 7.0, np.int32(9)])
+    assert b.new_tokens == (1, 2, 3) and b.context_tokens == (0, 7, 9)
+    assert all(type(n) is int for n in b.new_tokens + b.context_tokens)
+    d = Batch.decode(1024, 4096)
+    assert d.new_tokens == (1,) * 1024 and d.context_tokens == (4096,) * 1024 and d.tokens == 1024
 
 
 def test_layer_ops_of_a_one_layer_model_leave_out_model_level_ops():

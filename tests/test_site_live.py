@@ -91,6 +91,59 @@ def test_a_prebuilt_figure_is_taken_once_as_it_was_built():
         pn.config.browser_info = browser_info
 
 
+def test_a_source_set_to_what_the_page_has_is_not_sent_again():
+    """A figure sets every source it draws on each change; the session sends only those whose
+    columns differ from what the page has (ch03-roofline's batch moves one group of points,
+    not the roofs or the measured kernels), and the page, applying what was sent, shows
+    what Python shows after each move, moves back to an earlier value included."""
+    from bokeh.core.serialization import Serializer
+    from bokeh.document.events import ColumnDataChangedEvent
+    from bokeh.settings import settings
+    import panel as pn
+    from panel.io.state import set_curdoc, state
+
+    from tests.figures import collect, control_model
+    from widgets import runtime
+
+    fid = "ch03-roofline"
+    browser_info = pn.config.browser_info
+    try:
+        python, page = runtime.PageSession(), runtime.PageSession()   # page: the preview's models
+        for s in (python, page):
+            assert "error" not in json.loads(s.build(fid))
+        doc, root = python.docs[fid], python.roots[fid]
+        events = []
+        doc.on_change(lambda e: events.append(e) if getattr(e, "setter", None) != "js" else None)
+        doc.unhold()
+        python.shown[fid] = runtime.columns_shown(doc)                 # as link does
+        batch = control_model(root, "batch")
+        sources = {m.id for m in doc.models if m.name and m.name.startswith(f"src-{fid}-")}
+        for value in (8, 512, 8, 8, 1):
+            before = collect(root, fid)
+            events.clear()
+            state.curdoc = doc
+            with set_curdoc(doc):
+                doc.apply_json_patch({"events": [{"kind": "ModelChanged", "model": {"id": batch.id},
+                                                  "attr": "value", "new": value}]}, setter="js")
+            after = collect(root, fid)
+            kept = python.unshown(fid, list(events))
+            set_whole = {e.model.id for e in events if isinstance(e, ColumnDataChangedEvent)}
+            sent = {e.model.name[len(f"src-{fid}-"):] for e in kept if isinstance(e, ColumnDataChangedEvent)}
+            changed = {k for k in after["sources"] if after["sources"][k] != before["sources"][k]}
+            assert sent == changed, (value, sent, changed)
+            if before != after:
+                assert set_whole >= sources, value                    # the figure set them all
+            serializer = Serializer(references=page.docs[fid].models.synced_references)
+            page.docs[fid].apply_json_patch({"events": serializer.encode(kept)})
+            assert json.dumps(collect(page.roots[fid], fid), sort_keys=True, default=str) == \
+                json.dumps(after, sort_keys=True, default=str), value
+        # columns that cannot be compared count as changed
+        assert runtime._same_columns({"x": [1.0, float("nan")]}, {"x": [1.0, float("nan")]}) is False
+    finally:
+        settings.simple_ids.unset_value()
+        pn.config.browser_info = browser_info
+
+
 def fingerprint_differs(fid: str):
     """A route handler serving the page with figure `fid`'s preview fingerprint changed,
     as if Python had built other models than the build did."""

@@ -114,6 +114,7 @@ class PageSession:
         self.roots: dict = {}               # figure id -> its root model
         self.senders: dict = {}             # figure id -> send_patch, once linked
         self.held: dict = {}                # figure id -> its changes not yet sent
+        self.shown: dict = {}               # figure id -> {source id: the columns the page has}
         self.applying = False               # inside apply_patch: changes wait for its end
 
     def build(self, figure_id: str) -> str:
@@ -177,6 +178,8 @@ class PageSession:
 
         def hold(event) -> None:
             if getattr(event, "setter", None) == "js":   # the page's own change, applied here
+                if getattr(event, "attr", None) == "data":     # (a source edited there: compare with nothing)
+                    self.shown.get(figure_id, {}).pop(getattr(event.model, "id", None), None)
                 return
             self.held[figure_id].append(event)
             if not self.applying:
@@ -185,6 +188,7 @@ class PageSession:
         with set_curdoc(doc):
             doc.on_change(hold)
             doc.unhold()
+            self.shown[figure_id] = columns_shown(doc)
             doc.on_event("document_ready", functools.partial(state._schedule_on_load, doc))
             doc.callbacks.trigger_event(DocumentReady())
 
@@ -195,12 +199,37 @@ class PageSession:
         from panel.io.pyodide import _dict_converter, _process_document_events
 
         events, self.held[figure_id] = self.held[figure_id], []
+        events = self.unshown(figure_id, events)
         if not events:
             return
         patch, buffer_map = _process_document_events(self.docs[figure_id], events)
         patch = pyodide.ffi.to_js(patch, dict_converter=_dict_converter)
         buffers = js.Map.new(js.Object.entries(pyodide.ffi.to_js(buffer_map)))
         self.senders[figure_id](patch, buffers, figure_id)
+
+    def unshown(self, figure_id: str, events: list) -> list:
+        """`events` less the data sources set to the columns the page has already.
+
+        A figure's update sets every source it draws, changed or not; inside a document,
+        Bokeh sends each such assignment whole (ColumnDataChangedEvent), equal or not, and
+        the page redraws what it gets (on ch03-roofline a batch move set ten sources, 21 KB,
+        where three had changed). A source set more than once goes once, as its last value."""
+        from bokeh.document.events import ColumnDataChangedEvent
+
+        shown = self.shown.get(figure_id, {})
+        whole = lambda e: isinstance(e, ColumnDataChangedEvent) and e.cols is None and e.data is None   # noqa: E731
+        last = {e.model.id: i for i, e in enumerate(events) if whole(e)}
+        out = []
+        for i, e in enumerate(events):
+            model = getattr(e, "model", None)
+            if whole(e):
+                if last[model.id] != i or (model.id in shown and _same_columns(model.data, shown[model.id])):
+                    continue
+                shown[model.id] = _columns(model.data)
+            elif getattr(e, "attr", None) == "data":     # columns streamed or patched: no full copy to compare
+                shown.pop(getattr(model, "id", None), None)
+            out.append(e)
+        return out
 
     def apply_patch(self, figure_id: str, patch) -> str | None:
         """Apply a patch from the page (a reader's change), then send what it changed; return
@@ -227,6 +256,30 @@ class PageSession:
             except Exception as exc:
                 failure = failure or _failure(fid, exc)
         return failure
+
+
+def columns_shown(doc) -> dict:
+    """{source id: a copy of its columns} of every data source in `doc` (what the page shows
+    once the figure is linked)."""
+    from bokeh.models import ColumnDataSource
+
+    return {m.id: _columns(m.data) for m in doc.models if isinstance(m, ColumnDataSource)}
+
+
+def _columns(data) -> dict:
+    """A copy of a source's columns (a figure may change an array in place before it sets
+    the source again)."""
+    import copy
+
+    return copy.deepcopy(dict(data))
+
+
+def _same_columns(new, old) -> bool:
+    """Equal columns, as Bokeh compares a source's data outside a document (numpy arrays
+    included; anything it cannot compare, a NaN included, counts as changed)."""
+    from bokeh.models import ColumnDataSource
+
+    return ColumnDataSource.lookup("data").property.matches(new, old)
 
 
 def _failure(figure_id: str, exc: BaseException) -> str:

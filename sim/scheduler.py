@@ -382,6 +382,8 @@ class Scheduler:
 
         False if `r` itself had to be preempted."""
         need = self.kv.blocks_for(r.computed + tokens) - len(r.blocks)
+        if need == 0:               # most decode steps: the last block has room
+            return True
         while need > self.kv.free_blocks:
             victim = self.running[-1]
             self.preempt(victim)

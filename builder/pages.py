@@ -3,6 +3,7 @@ calls), one page per figure, the index, the references, and chapters.json. A cha
 figures are the figure() calls in its text, in the order they appear."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -245,13 +246,32 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
     log("chapters", "chapters.json")
     static = out / "static"
     shutil.copytree(common.SITE_SRC / "static", static)
-    # the service worker at the site's root, so that its scope is the whole site
-    (static / "sw.js").rename(out / "sw.js")
+    # the service worker at the site's root, so that its scope is the whole site, told the
+    # pages' classic scripts and their sha256 (it stores them at install: static/sw.js)
+    (static / "sw.js").unlink()
+    (out / "sw.js").write_text(service_worker(out, shared["bokeh_scripts"]))
     for p in sorted(static.rglob("*")):
         if p.is_file():
             log(str((common.SITE_SRC / "static" / p.relative_to(static)).relative_to(ROOT)),
                 str(p.relative_to(out)))
     log("site/static/sw.js", "sw.js")
+
+
+INSTALL_SCRIPTS = "const INSTALL_SCRIPTS = {};"
+
+
+def service_worker(out: Path, scripts: list[str]) -> str:
+    """site/static/sw.js with INSTALL_SCRIPTS set to `scripts` (paths under `out`) and their sha256."""
+    source = (common.SITE_SRC / "static" / "sw.js").read_text()
+    if source.count(INSTALL_SCRIPTS) != 1:
+        raise BuildError(f"site/static/sw.js: expected the line {INSTALL_SCRIPTS!r} once")
+    digests = {}
+    for path in scripts:
+        f = out / path
+        if not f.is_file():
+            raise BuildError(f"{path}: a page script the service worker is to store is not in the build")
+        digests[path] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return source.replace(INSTALL_SCRIPTS, f"const INSTALL_SCRIPTS = {json.dumps(digests, indent=1)};")
 
 
 def select_chapters(chapters: list[Chapter], only: list[int] | None) -> list[Chapter]:

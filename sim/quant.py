@@ -445,6 +445,32 @@ def demo_weights(p: QuantDemoParams) -> tuple:
     >>> round(float(w.std()) / 0.02, 2), len(cols)
     (1.0, 0)
     """
+    key = (p.seed, p.distribution, p.rows, p.cols, p.std, p.tail_dof, p.outliers, p.outlier_fraction,
+           p.outlier_scale)
+    kept = _KEPT_DEMO.get(key)
+    if kept is None:
+        _KEPT_DEMO.clear()
+        kept = _KEPT_DEMO[key] = _draw_demo_weights(p)
+    return kept
+
+
+# The last demo matrix, by the parameters that shape it: the quantization figure's other
+# controls (format, bits, granularity, GPU, batch) quantize the same matrix again.
+_KEPT_DEMO: dict = {}
+
+
+def forget_demo_weights() -> None:
+    """Drop the kept demo matrix, its values zeroed first: memory Python frees is not cleared,
+    and the site's memory snapshot would carry half a MB of random floats (at the default size)
+    to every first visit. A matrix demo_weights returned before reads as zeros after this."""
+    for w, _ in _KEPT_DEMO.values():
+        if w.flags.owndata:
+            w.setflags(write=True)
+            w[...] = 0.0
+    _KEPT_DEMO.clear()
+
+
+def _draw_demo_weights(p: QuantDemoParams) -> tuple:
     rng = np.random.default_rng(p.seed)
     if p.distribution == "gaussian":
         w = rng.normal(0.0, p.std, (p.rows, p.cols))
@@ -453,6 +479,8 @@ def demo_weights(p: QuantDemoParams) -> tuple:
     cols = np.zeros(0, dtype=np.int64)
     if p.outliers:
         w, cols = inject_outliers(w, p.outlier_fraction, p.outlier_scale, p.seed + 1)
+    w.setflags(write=False)
+    cols.setflags(write=False)
     return w, cols
 
 

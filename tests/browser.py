@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,6 +74,19 @@ def chromium_context(playwright, profile: Path | None = None, service_workers: s
         ctx.close()
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wait_async(page, js: str, timeout_s: float = 60, poll_ms: int = 200):
+    """Wait until the async function `js` resolves to a truthy value (page.wait_for_function
+    takes the promise itself for truthy), returning it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = page.evaluate(js)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not true within {timeout_s} s: {js[:80]}")
+        page.wait_for_timeout(poll_ms)
 
 
 def wait_states(page, figure_ids: list[str], states=("live", "error"), timeout_s: float = 120) -> dict:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import output
+from builder import output, pages
 from builder.serve import serving
-from tests.browser import attach, chromium_context, wait_states
+from tests.browser import attach, chromium_context, wait_async, wait_states
 from tests.conftest import built_chapters
 
 pytestmark = pytest.mark.browser
@@ -32,6 +32,7 @@ OFFLINE_JS = "() => document.documentElement.dataset.offline"
 CACHES_JS = "async () => (await caches.keys()).filter((n) => n.startsWith(\"guide-offline-\"))"   # the offline copies (the snapshot kept by the Python worker has its own caches)
 KEPT_SNAPSHOT_JS = """async () => { for (const n of await caches.keys()) if (n.startsWith("guide-snapshot-")
   && (await (await caches.open(n)).keys()).length === 2) return true; return false; }"""
+SCRIPT_CACHES_JS = "async () => (await caches.keys()).filter((n) => n.startsWith(\"guide-scripts-\"))"
 CACHED_URLS_JS = """async (name) => (await (await caches.open(name)).keys()).map(r => r.url)"""
 
 
@@ -93,7 +94,7 @@ def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
         assert cached == sorted(offline_files(site_dir) + ["MANIFEST.json"])
         assert log.errors() == [] and log.failed == [] and log.off_site() == []
         # the snapshot's big files are not in the copy: the Python worker keeps them, decompressed
-        page.wait_for_function(KEPT_SNAPSHOT_JS, timeout=60000, polling=200)
+        wait_async(page, KEPT_SNAPSHOT_JS, timeout_s=60)
         page.close()
     # the server is gone and the browser offline: nothing can come from the network
     browser.set_offline(True)
@@ -117,6 +118,103 @@ def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
     assert page.evaluate("document.documentElement.classList.contains('embed')")
     assert not page.locator(".offline-note").is_visible()
     page.close()
+
+
+def install_scripts(site: Path) -> dict[str, str]:
+    """The classic scripts sw.js stores at install (INSTALL_SCRIPTS, written by the build): path -> sha256."""
+    m = re.search(r"^const INSTALL_SCRIPTS = (\{.*?\});$", (site / "sw.js").read_text(), re.S | re.M)
+    return json.loads(m.group(1))
+
+
+def traced_compiles(ctx, url: str, figure_ids: list[str]) -> dict[str, dict]:
+    """Open `url` with a devtools trace running until its figures are live: {script url:
+    the data of V8's compile event} (cacheKind, consumedCacheSize, cacheRejected)."""
+    page = ctx.new_page()
+    cdp = ctx.new_cdp_session(page)
+    events, done = [], []
+    cdp.on("Tracing.dataCollected", lambda e: events.extend(e["value"]))
+    cdp.on("Tracing.tracingComplete", lambda e: done.append(True))
+    cdp.send("Tracing.start", {"traceConfig": {"includedCategories": ["devtools.timeline", "v8"]},
+                               "transferMode": "ReportEvents"})
+    page.goto(url)
+    assert wait_states(page, figure_ids, timeout_s=180) == {f: "live" for f in figure_ids}
+    cdp.send("Tracing.end")
+    for _ in range(300):
+        if done:
+            break
+        page.wait_for_timeout(100)
+    page.close()
+    return {d["url"]: d for e in events if e.get("name") == "v8.compile"
+            for d in [(e.get("args") or {}).get("data") or {}] if d.get("url")}
+
+
+def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session, site_dir, tmp_path):
+    """The service worker stores BokehJS and Panel's bundle into the offline copy during its
+    install, where Chrome compiles them whole: the next visit (a new browser on the same
+    profile) runs them from that code instead of compiling as they run."""
+    scripts = install_scripts(site_dir)
+    assert scripts, "sw.js lists no scripts to store at install"
+    for path, digest in scripts.items():
+        assert hashlib.sha256((site_dir / path).read_bytes()).hexdigest() == digest, path
+    profile = tmp_path / "profile"
+    root = tmp_path / "site"
+    shutil.copytree(site_dir, root)
+
+    def from_install_code(compiled: dict, base: str) -> None:
+        for path in scripts:
+            event = compiled.get(base + path)
+            assert event, (path, sorted(compiled))
+            assert (event.get("cacheKind"), event.get("cacheRejected")) == ("full", False), (path, event)
+            assert event["consumedCacheSize"] > (root / path).stat().st_size // 2, (path, event)
+
+    with serving(root) as base:
+        port = int(base.split(":")[-1].rstrip("/"))
+        with chromium_context(playwright_session, profile) as ctx:
+            page, log = visit(ctx, base + FIRST["file"], FIRST["figures"])
+            assert page.evaluate("window.__guide.scripts") == list(scripts)    # all the page loads, in order
+            assert log.errors() == []
+            page.close()
+        with chromium_context(playwright_session, profile) as ctx:
+            from_install_code(traced_compiles(ctx, base + FIRST["file"], FIRST["figures"]), base)
+    # a new build with the same scripts (sw.js unchanged, no new install): its copy takes them
+    # from the previous copy, compiled code included
+    swap_build(root, "index.html", "build-b")
+    assert install_scripts(root) == scripts
+    with serving_on(root, port) as base:
+        with chromium_context(playwright_session, profile) as ctx:
+            page, _ = visit(ctx, base + "index.html", [])
+            assert page.evaluate(CACHES_JS) == [cache_name(root)]
+            kept = page.evaluate(SCRIPT_CACHES_JS)
+            assert len(kept) == 1, kept
+            page.close()
+        with chromium_context(playwright_session, profile) as ctx:
+            from_install_code(traced_compiles(ctx, base + FIRST["file"], FIRST["figures"]), base)
+    # a build that changes one of them: sw.js changes, its worker installs and stores them
+    # anew, and the older list's cache goes
+    changed = list(scripts)[-1]
+    with open(root / changed, "a") as f:
+        f.write("\n// another build\n")
+    for suffix in (".gz", ".br"):
+        (root / (changed + suffix)).unlink(missing_ok=True)
+    (root / "sw.js").write_text(pages.service_worker(root, list(scripts)))
+    for suffix in (".gz", ".br"):
+        (root / ("sw.js" + suffix)).unlink(missing_ok=True)
+    (root / "MANIFEST.json").unlink()
+    output.write_manifest(root)
+    scripts = install_scripts(root)
+    assert scripts[changed] != install_scripts(site_dir)[changed]
+    with serving_on(root, port) as base:
+        with chromium_context(playwright_session, profile) as ctx:
+            page, _ = visit(ctx, base + FIRST["file"], FIRST["figures"])
+            for _ in range(300):
+                now = page.evaluate(SCRIPT_CACHES_JS)
+                if len(now) == 1 and now != kept and len(page.evaluate(CACHED_URLS_JS, now[0])) == len(scripts):
+                    break
+                page.wait_for_timeout(200)
+            assert len(now) == 1 and now != kept, (now, kept)
+            page.close()
+        with chromium_context(playwright_session, profile) as ctx:
+            from_install_code(traced_compiles(ctx, base + FIRST["file"], FIRST["figures"]), base)
 
 
 def swap_build(root: Path, page: str, marker: str) -> None:

@@ -1,6 +1,8 @@
 """Quantization: float rounding, integer schemes, NVFP4, error metrics."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -330,6 +332,39 @@ def test_demo_weights_are_heavy_tailed_with_the_stated_std():
     kurt = lambda a: float(np.mean(a ** 4) / np.mean(a ** 2) ** 2)
     assert kurt(g) == pytest.approx(3.0, abs=0.05)
     assert kurt(w) == pytest.approx(9.0, rel=0.25)          # Student-t(5): 3 + 6 / (5 - 4) = 9
+
+
+def test_demo_weights_are_kept_for_the_controls_that_do_not_shape_them():
+    """The figure's format, bits, GPU and batch controls quantize the same matrix: it is kept
+    (read-only), and made again, equal to a fresh draw, when a parameter that shapes it changes."""
+    base = quant.QuantDemoParams()
+    w, cols = quant.demo_weights(base)
+    assert not w.flags.writeable and not cols.flags.writeable
+    for other in (dataclasses.replace(base, fmt="fp8_e4m3", granularity="tensor"),
+                  dataclasses.replace(base, gpu="H200", batch=64, mode="weights+activations")):
+        assert quant.demo_weights(other)[0] is w
+    for shaped in (dataclasses.replace(base, seed=1), dataclasses.replace(base, outliers=True),
+                   dataclasses.replace(base, distribution="gaussian"), dataclasses.replace(base, tail_dof=4.0)):
+        again, _ = quant.demo_weights(shaped)
+        assert again is not w and not np.array_equal(again, w)
+        rng = np.random.default_rng(shaped.seed)
+        if shaped.distribution == "gaussian":
+            fresh = rng.normal(0.0, shaped.std, (shaped.rows, shaped.cols))
+        else:
+            fresh = rng.standard_t(shaped.tail_dof, (shaped.rows, shaped.cols)) * (
+                shaped.std * np.sqrt((shaped.tail_dof - 2) / shaped.tail_dof))
+        if shaped.outliers:
+            fresh, _ = quant.inject_outliers(fresh, shaped.outlier_fraction, shaped.outlier_scale, shaped.seed + 1)
+        np.testing.assert_array_equal(again, fresh)
+    w = quant.demo_weights(base)[0]
+    drawn = w.copy()
+    assert w.flags.owndata
+    # dropped for the memory snapshot (widgets.runtime.prebuild): zeroed, then drawn again alike
+    quant.forget_demo_weights()
+    assert not w.any()
+    again = quant.demo_weights(base)[0]
+    assert again is not w
+    np.testing.assert_array_equal(again, drawn)
 
 
 def test_deployment_precision_and_speed():

@@ -90,6 +90,10 @@ def prebuild(figure_ids) -> None:
         if "error" in built:
             raise RuntimeError(f"figure {figure_id} failed to build:\n{built['error']}")
         _PREBUILT[figure_id] = (session.docs[figure_id], session.roots[figure_id], built["fingerprint"])
+    # The quantization figure keeps its demo matrix for its next moves: in a snapshot that is
+    # half a MB more to send on a first visit, so a page makes it again on its first move.
+    from sim import quant
+    quant.forget_demo_weights()
 
 
 class PageSession:

@@ -16,7 +16,8 @@
 //     the network fails;
 //   every other file: from the offline copy when its sha256 there equals the one in the
 //     newest manifest seen from the network (so a file a new build changed is fetched,
-//     never served stale next to the new pages), else the network, then the copy.
+//     never served stale next to the new pages), else the network, then the copy; the
+//     pages' classic scripts first from a cache of their own (INSTALL_SCRIPTS, below).
 // So a page opened online is always the newest build; the offline copy follows it in the
 // background. A page that had to be opened from the copy while a newer build was
 // deployed is told to reload once the newer copy is complete.
@@ -26,6 +27,19 @@
 // other host. Messages to pages: {type: "offline", state: "saving" | "ready" | "failed",
 // done, total, bytes, totalBytes, updated, reload, offline (the network is unreachable),
 // stale (a newer build could not be saved; the older copy stays), message}.
+
+// The pages' classic scripts (BokehJS and Panel's bundle), path -> sha256, written in by the
+// build (builder/pages.py). This worker stores them during its install event, in a cache of
+// their own ("guide-scripts-<hash of this list>"), and serves them from there: Chrome
+// compiles a script put into Cache Storage during the install event whole and keeps the
+// code beside it, so a later page runs them without compiling any of their functions.
+// (Stored at any other time, as the offline copy is, the code kept is only what ran while
+// the script loaded, from a page's second visit on; and a copy of a stored script loses
+// its code.) A build that changes one of them changes this file: the new worker installs
+// and stores them anew, and its activation deletes the older list's cache.
+const INSTALL_SCRIPTS = {};
+const INSTALL_MS = 20000;       // the longest storing them may hold up the install
+const SCRIPTS_PREFIX = "guide-scripts-";
 
 const PREFIX = "guide-offline-";
 const ROOT = new URL("./", self.location.href).href;      // the site's root folder
@@ -156,6 +170,54 @@ function sync() {
   return syncing;
 }
 
+const fileURL = (path) => ROOT + path.split("/").map(encodeURIComponent).join("/");
+
+// A file of the build from the network, as a response to store, checked against its sha256
+// (and its size, when given) as `source` lists them.
+async function fetchChecked(path, digest, size = null, source = "MANIFEST.json (a newer build is being deployed?)") {
+  const r = await fetch(fileURL(path), { cache: "no-cache", priority: "low" });
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  const body = await r.arrayBuffer();
+  if ((size !== null && body.byteLength !== size) || (await sha256(body)) !== digest) {
+    throw new Error(`${path} differs from ${source}`);
+  }
+  return new Response(body, { headers: { "Content-Type": r.headers.get("Content-Type") || "application/octet-stream" } });
+}
+
+// The cache INSTALL_SCRIPTS are kept in, named by the list (so by their sha256).
+let scriptsCacheName = null;
+function scriptsCache() {
+  scriptsCacheName ||= sha256(new TextEncoder().encode(JSON.stringify(INSTALL_SCRIPTS)))
+    .then((h) => SCRIPTS_PREFIX + h.slice(0, 20));
+  return scriptsCacheName;
+}
+
+// At install: each of INSTALL_SCRIPTS from the network (the HTTP cache, after a page loaded
+// them), checked against its sha256, into their cache.
+async function storeScripts() {
+  const cache = await open(await scriptsCache());
+  for (const [path, digest] of Object.entries(INSTALL_SCRIPTS)) {
+    const response = await fetchChecked(path, digest, null, "the list this worker was built with");
+    await storage("cache.put", () => cache.put(fileURL(path), response));
+  }
+}
+
+// One of INSTALL_SCRIPTS from their cache, when it is the file the newest build has (its
+// manifest, else the offline copy's, else this worker's list); null otherwise.
+async function fromScripts(path) {
+  const digest = INSTALL_SCRIPTS[path];
+  if (!digest) return null;
+  const m = await newestManifest();
+  const wanted = m ? m.files[path] : current && current.files[path];
+  if (wanted && wanted[1] !== digest) return null;
+  try {
+    const cacheName = await scriptsCache();     // (caches.open would make the cache if it is gone)
+    return (await storage("caches.match", () => caches.match(fileURL(path), { cacheName }))) || null;
+  } catch (e) {
+    return null;
+  }
+}
+
 async function copyBuild(m) {
   const name = PREFIX + m.hash;
   const cache = await open(name);
@@ -175,21 +237,13 @@ async function copyBuild(m) {
 
   async function copyOne(path) {
     const [size, digest] = m.files[path];
-    const url = ROOT + path.split("/").map(encodeURIComponent).join("/");
+    const url = fileURL(path);
     if (!(await storage("cache.match", () => cache.match(url)))) {      // not kept from an interrupted copy
       let response = null;
       if (old && previous.files[path] && previous.files[path][1] === digest) {
         response = await storage("cache.match", () => old.match(url)).catch(() => null);
       }
-      if (!response) {
-        const r = await fetch(url, { cache: "no-cache", priority: "low" });
-        if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
-        const body = await r.arrayBuffer();
-        if (body.byteLength !== size || (await sha256(body)) !== digest) {
-          throw new Error(`${path} differs from MANIFEST.json (a newer build is being deployed?)`);
-        }
-        response = new Response(body, { headers: { "Content-Type": r.headers.get("Content-Type") || "application/octet-stream" } });
-      }
+      response ||= await fetchChecked(path, digest, size);
       await storage("cache.put", () => cache.put(url, response));
     }
     done += 1;
@@ -215,7 +269,7 @@ async function copyBuild(m) {
 
 async function fromCache(path) {
   if (!current) return null;
-  const url = ROOT + path.split("/").map(encodeURIComponent).join("/");
+  const url = fileURL(path);
   try {
     const cache = await open(current.name);
     return (await storage("cache.match", () => cache.match(url))) || null;
@@ -239,6 +293,8 @@ async function networkFirst(event, path) {
 
 async function copyFirst(event, path) {
   await limit(loadCurrent(), STORAGE_MS * 2, "offline copy").catch(() => null);
+  const script = await fromScripts(path);
+  if (script) return script;
   if (current && current.files[path]) {
     const m = await newestManifest();
     const wanted = m ? m.files[path] : current.files[path];
@@ -275,5 +331,17 @@ self.addEventListener("message", (event) => {
   if (event.data && event.data.type === "sync") event.waitUntil(sync());
 });
 
-self.addEventListener("install", () => self.skipWaiting());
-self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
+self.addEventListener("install", (event) => {
+  self.skipWaiting();
+  event.waitUntil(limit(storeScripts(), INSTALL_MS, "storing the pages' scripts")
+    .catch((e) => console.warn(`the pages' scripts were not stored at install: ${e.message}`)));
+});
+self.addEventListener("activate", (event) => event.waitUntil((async () => {
+  await self.clients.claim();
+  // the scripts of an older list
+  const keep = await scriptsCache();
+  const names = await storage("caches.keys", () => caches.keys()).catch(() => []);
+  for (const name of names) {
+    if (name.startsWith(SCRIPTS_PREFIX) && name !== keep) await storage("caches.delete", () => caches.delete(name)).catch(() => {});
+  }
+})()));

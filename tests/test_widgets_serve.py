@@ -54,6 +54,14 @@ def served():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # the server went with it (`panel serve` runs in a child process)
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                break
+        assert time.monotonic() < deadline, f"panel serve still answers on port {port} after the command was stopped"
+        time.sleep(0.2)
 
 
 def test_served_figure_follows_a_control(chromium, served):

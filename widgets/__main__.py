@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,10 +42,18 @@ def main(argv: list[str] | None = None) -> int:
            "--port", str(args.port), "--address", args.address,
            "--allow-websocket-origin", f"{args.address}:{args.port}", "--allow-websocket-origin", f"localhost:{args.port}",
            *(["--show"] if args.show else []), "--args", figure_id, *args.settings]
+    server = subprocess.Popen(cmd, env=env)
+    # Stopping this process stops the server: a terminate (a process manager, a test) would
+    # otherwise leave `panel serve` running on its port. Ctrl-C reaches both already.
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda signum, frame: server.terminate())
     try:
-        return subprocess.call(cmd, env=env)
+        rc = server.wait()
     except KeyboardInterrupt:
+        server.wait()
         return 130
+    return 128 - rc if rc < 0 else rc
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ def _counts(name: str, values, minimum: int) -> tuple:
     errors). Plain ints need only the bound: a decode batch of 1,024 users is 2,048 of them."""
     values = tuple(values)
     if all(type(v) is int for v in values):
-        if values and min(values) < minimum:
-            check_int(name, min(values), minimum=minimum)
+        lowest = min(values, default=minimum)
+        if lowest < minimum:
+            check_int(name, lowest, minimum=minimum)
         return values
     return tuple(check_int(name, v, minimum=minimum) for v in values)
 

@@ -206,12 +206,10 @@ def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session,
     with serving_on(root, port) as base:
         with chromium_context(playwright_session, profile) as ctx:
             page, _ = visit(ctx, base + FIRST["file"], FIRST["figures"])
-            for _ in range(300):
-                now = page.evaluate(SCRIPT_CACHES_JS)
-                if len(now) == 1 and now != kept and len(page.evaluate(CACHED_URLS_JS, now[0])) == len(scripts):
-                    break
-                page.wait_for_timeout(200)
-            assert len(now) == 1 and now != kept, (now, kept)
+            # the new worker installed (its cache holds every script) and activated (the older one is gone)
+            wait_async(page, f"""async () => {{ const k = await ({SCRIPT_CACHES_JS})();
+                return k.length === 1 && k[0] !== {json.dumps(kept[0])}
+                    && (await (await caches.open(k[0])).keys()).length === {len(scripts)}; }}""", timeout_s=60)
             page.close()
         with chromium_context(playwright_session, profile) as ctx:
             from_install_code(traced_compiles(ctx, base + FIRST["file"], FIRST["figures"]), base)

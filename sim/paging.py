@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -41,10 +42,9 @@ def block_hash(prev_hash: Optional[int], tokens: Sequence[int]) -> int:
     >>> block_hash(None, [1, 2]) == block_hash(None, [1, 2]) != block_hash(block_hash(None, [0, 0]), [1, 2])
     True
     """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(b"root" if prev_hash is None else int(prev_hash).to_bytes(8, "little"))
-    for t in tokens:
-        h.update(int(t).to_bytes(8, "little", signed=True))
+    # the previous hash, then each token as a signed 64-bit little-endian integer
+    h = hashlib.blake2b(b"root" if prev_hash is None else int(prev_hash).to_bytes(8, "little"), digest_size=8)
+    h.update(struct.pack(f"<{len(tokens)}q", *tokens))
     return int.from_bytes(h.digest(), "little")
 
 
@@ -205,21 +205,27 @@ class BlockManager:
             self.ref_counts[b] += 1
             self.tables[request].append(b)
             self.tokens[request].extend(prompt[i * bs:(i + 1) * bs])
-        for t in prompt[len(hits) * bs:]:
-            self._append(request, t)
+        self._extend(request, prompt[len(hits) * bs:])
         return min(len(hits) * bs, len(prompt) - 1)
 
-    def _append(self, request: str, token: int) -> None:
+    def _extend(self, request: str, tokens: list) -> None:
+        """Store `tokens` after `request`'s last one: a block is taken when the last one is
+        full, and hashed (sealed) when it fills up."""
         toks = self.tokens[request]
         table = self.tables[request]
-        logical = len(toks) // self.block_size
-        if logical == len(table):
-            table.append(self._take_block(request, logical))
-        toks.append(int(token))
-        b = table[logical]
-        self.fill[b] += 1
-        if self.fill[b] == self.block_size:
-            self._seal(request, logical)
+        bs = self.block_size
+        i = 0
+        while i < len(tokens):
+            logical = len(toks) // bs
+            if logical == len(table):
+                table.append(self._take_block(request, logical))
+            chunk = tokens[i:i + (logical + 1) * bs - len(toks)]     # up to the end of this block
+            toks.extend(chunk)
+            i += len(chunk)
+            b = table[logical]
+            self.fill[b] += len(chunk)
+            if self.fill[b] == bs:
+                self._seal(request, logical)
 
     def append_token(self, request: str, token: int) -> None:
         """Store one more token of `request` (a decode step), allocating a block when the last is full."""
@@ -229,7 +235,7 @@ class BlockManager:
         if self.pool.blocks_for(n + 1) > len(self.tables[request]) and not self.available_blocks():
             raise OutOfBlocks(f"no block left for the next token of {request!r}")
         self.step += 1
-        self._append(request, token)
+        self._extend(request, [int(token)])
 
     def free_request(self, request: str) -> None:
         """Release `request`'s blocks, last block first, keeping hashed blocks as evictable cache."""
@@ -353,17 +359,25 @@ class PagingResult:
     peak_logical_blocks: int         # most block-table entries at once (what copies would need)
 
 
-def _snapshot(bm: BlockManager, step: int, text: str) -> PagingFrame:
-    owners = [[] for _ in range(bm.num_blocks)]
+def _snapshot(bm: BlockManager, step: int, text: str, shorts: dict) -> PagingFrame:
+    """The manager's state as a frame; `shorts` keeps each hash's short form between frames."""
+    owners = [""] * bm.num_blocks
     for req, table in bm.tables.items():
         for b in table:
-            owners[b].append(req)
+            owners[b] = f"{owners[b]},{req}" if owners[b] else req
+    hashes = []
+    for h in bm.hashes:
+        if h not in shorts:
+            shorts[h] = short_hash(h)
+        hashes.append(shorts[h])
+    evictable = bm._evictable
     return PagingFrame(step=step, description=text,
                        block_tables={r: list(t) for r, t in bm.tables.items()},
                        ref_counts=np.array(bm.ref_counts), fill_tokens=np.array(bm.fill),
-                       block_hashes=[short_hash(h) for h in bm.hashes],
-                       block_states=[bm.block_state(b) for b in range(bm.num_blocks)],
-                       block_owners=[",".join(o) for o in owners])
+                       block_hashes=hashes,
+                       block_states=["used" if r > 0 else "cached" if b in evictable else "free"   # as block_state
+                                     for b, r in enumerate(bm.ref_counts)],
+                       block_owners=owners)
 
 
 def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
@@ -390,7 +404,8 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
     prompts = {n: system + [int(t) for t in rng.integers(2000, 30000, u)] for n, u in zip(names, p.user_tokens)}
     outputs = {n: [int(t) for t in rng.integers(2000, 30000, o)] for n, o in zip(names, p.output_tokens)}
     bm = BlockManager(p.num_blocks, p.block_size, p.prefix_caching)
-    frames = [_snapshot(bm, 0, "empty cache")]
+    shorts: dict = {}
+    frames = [_snapshot(bm, 0, "empty cache", shorts)]
     cached = {n: 0 for n in names}
     computed = {n: 0 for n in names}
     preempted = {n: 0 for n in names}
@@ -416,7 +431,7 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
             # admit only if every running request still has a block for its next token afterwards
             if bm.blocks_left_after(tokens) < len(running):
                 step += 1
-                frames.append(_snapshot(bm, step, f"{n} waits: not enough free blocks for its prompt"))
+                frames.append(_snapshot(bm, step, f"{n} waits: not enough free blocks for its prompt", shorts))
                 continue
             hit = bm.add_request(n, tokens)
             del pending[n]
@@ -431,7 +446,7 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
             frames.append(_snapshot(bm, step, (
                 f"{n} {'returns' if again else 'arrives'}: {len(tokens)}-token "
                 f"{'prompt + output' if again else 'prompt'} -> {len(bm.tables[n])} blocks; "
-                f"{hit} tokens from the prefix cache, {len(tokens) - hit} computed")))
+                f"{hit} tokens from the prefix cache, {len(tokens) - hit} computed"), shorts))
         decoding = [n for n in running if n not in arrivals and generated[n] < len(outputs[n])]
         stepped = []
         for n in decoding:
@@ -448,7 +463,7 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
             step += 1
             frames.append(_snapshot(bm, step, "decode step: " + ", ".join(
                 f"{n} token {generated[n]}" for n in stepped) + (
-                f"; {', '.join(stalled)} stalled: no free block" if stalled else "")))
+                f"; {', '.join(stalled)} stalled: no free block" if stalled else ""), shorts))
             progress = progress or bool(stepped)
         if stalled and len(running) > 1:
             victim = running.pop()
@@ -459,7 +474,7 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
             progress = True
             step += 1
             frames.append(_snapshot(bm, step, f"{victim} preempted: its blocks are released; "
-                                    f"it will recompute its prompt and output"))
+                                    f"it will recompute its prompt and output", shorts))
         for n in list(running):
             if generated[n] >= len(outputs[n]):
                 running.remove(n)
@@ -470,12 +485,12 @@ def simulate_paging(params: PagingParams = PagingParams()) -> PagingResult:
                     first_finish_round = rnd
                 step += 1
                 frames.append(_snapshot(bm, step, f"{n} finishes: its blocks are released"
-                                        + (" (hashed ones stay cached)" if p.prefix_caching else "")))
+                                        + (" (hashed ones stay cached)" if p.prefix_caching else ""), shorts))
         future = any(r > rnd for r in pending.values())
         if not progress and not future and (running or pending):
             raise ValueError(f"num_blocks={p.num_blocks} is too small for these requests to make progress")
         rnd += 1
-    peak_used = max(int((f.ref_counts > 0).sum()) for f in frames)
+    peak_used = max(f.block_states.count("used") for f in frames)    # blocks with references
     peak_logical = max(sum(len(t) for t in f.block_tables.values()) for f in frames)
     return PagingResult(prefix_caching=p.prefix_caching, requests=names, frames=frames, events=list(bm.events),
                         prompt_tokens={n: len(prompts[n]) for n in names}, cached_prompt_tokens=cached,

@@ -18,6 +18,24 @@ def test_chained_hash_names_the_whole_prefix():
     assert a == block_hash(block_hash(None, [1, 2]), [3, 4])
 
 
+def test_block_hash_is_blake2b_of_the_previous_hash_and_the_tokens_as_int64():
+    import hashlib
+
+    import numpy as np
+
+    def by_definition(prev, tokens):
+        h = hashlib.blake2b(digest_size=8)
+        h.update(b"root" if prev is None else prev.to_bytes(8, "little"))
+        for t in tokens:
+            h.update(int(t).to_bytes(8, "little", signed=True))
+        return int.from_bytes(h.digest(), "little")
+
+    first = block_hash(None, [1, 2, -3, 2**40])
+    assert first == by_definition(None, [1, 2, -3, 2**40])
+    assert block_hash(first, np.array([7, 30000], dtype=np.int64)) == by_definition(first, [7, 30000])
+    assert block_hash(None, []) == by_definition(None, [])
+
+
 def test_allocation_as_tokens_arrive():
     bm = BlockManager(num_blocks=4, block_size=4, prefix_caching=False)
     assert bm.add_request("A", [1, 2, 3]) == 0

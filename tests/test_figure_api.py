@@ -130,6 +130,36 @@ def test_a_control_move_changes_properties_not_the_models(figure_id):
                             f"{sorted(type(m).__name__ for m in doc.models if m.id in now - ids)}")
 
 
+def test_a_readout_change_sets_its_text_and_nothing_else(monkeypatch):
+    """A readout's new text reaches its model as Panel's HTML pane would write it, as the
+    one change, and without making the pane's stylesheet models again."""
+    import panel.reactive
+    from bokeh.document import Document
+
+    from widgets.base import Readout, readout
+
+    made = []
+
+    class Counted(panel.reactive.ImportedStyleSheet):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("url"))
+            super().__init__(*args, **kwargs)
+
+    text = '<table class="fig-numbers"><tr><th>a & b</th><td>1,024 "tokens"</td></tr></table>'
+    pane = readout("<p>before</p>")
+    assert isinstance(pane, Readout) and isinstance(pane, pn.pane.HTML)
+    doc = Document()
+    model = pane.get_root(doc)
+    doc.add_root(model)
+    changes = []
+    doc.on_change(lambda event: changes.append((type(event).__name__, getattr(event, "attr", None))))
+    monkeypatch.setattr(panel.reactive, "ImportedStyleSheet", Counted)
+    pane.object = text
+    assert changes == [("ModelChangedEvent", "text")] and made == []
+    assert model.text == pn.pane.HTML(text).get_root(Document()).text     # escaped as Panel escapes it
+    assert "&amp;" in model.text and "&lt;table" in model.text
+
+
 @pytest.mark.parametrize("figure_id", sorted(widgets.FIGURES))
 def test_a_control_move_changes_nothing_a_legend_refers_to(figure_id):
     """BokehJS re-renders a legend, and reads the page's layout again to place it, whenever

@@ -13,6 +13,9 @@ the page once): medians (min-max) of
 - handover: live - the moment Python had built the last figure (its "built" message, or the
   whole document sent, "python_rendered", in builds before figures were adopted): what the
   page spends making the figures live once Python has built them.
+With --moves N, each warm load then moves a control N times (as `tests/bench_pages.py`
+does: the first slider of the page's figures, else the first menu) and the table adds the
+redraw, ms until the figure's data first changed, p50 / p95 over every warm load's moves.
 It prints numbers and exits 0 unless a load fails (a figure not live, a page error).
 """
 from __future__ import annotations
@@ -30,15 +33,17 @@ sys.path.insert(0, str(ROOT))
 
 from builder.pages import read_chapters  # noqa: E402
 from builder.serve import serving  # noqa: E402
+from tests.bench_pages import move_controls, pct  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 
 
-def load(ctx, url: str, figure_ids: list[str]) -> dict:
+def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     page = ctx.new_page()
     log = attach(page, url.rsplit("/", 1)[0] + "/")
     page.goto(url)
     states = wait_states(page, figure_ids, timeout_s=240)
     t = page.evaluate("window.__guide.timing")
+    moved = move_controls(page, figure_ids, moves) if moves and all(s == "live" for s in states.values()) else []
     page.close()
     lives = [t.get(f"live:{f}") for f in figure_ids]
     ok = all(s == "live" for s in states.values()) and all(lives) and not log.errors()
@@ -46,7 +51,13 @@ def load(ctx, url: str, figure_ids: list[str]) -> dict:
     built = [v for k, v in t.items() if k.startswith("built:")] or [t.get("python_rendered")]
     return {"ok": ok, "states": states, "errors": log.errors(), "ready": ready,
             "built": max(b for b in built if b is not None) if any(b is not None for b in built) else None,
-            "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None}
+            "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None,
+            "redraw": [m["data_ms"] for m in moved if not m.get("timeout")], "timeouts": sum(1 for m in moved if m.get("timeout"))}
+
+
+def redraws(rs: list) -> str:
+    xs = [x for r in rs for x in r["redraw"]]
+    return f" {pct(xs, 0.5):.0f} / {pct(xs, 0.95):.0f} ({len(xs)}) |" if xs else " n/a |"
 
 
 def med(xs: list) -> str:
@@ -59,6 +70,7 @@ def main() -> int:
     ap.add_argument("--variant", action="append", required=True, help="NAME=SITE_DIR (two or more)")
     ap.add_argument("--pages", nargs="+", required=True, help="chapter page files")
     ap.add_argument("--runs", type=int, default=3, help="cold and warm loads per page and variant")
+    ap.add_argument("--moves", type=int, default=0, help="control moves timed after each warm load")
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -85,11 +97,13 @@ def main() -> int:
                             order.reverse()
                         for (name, _), base in order:
                             with chromium_context(p, profiles[name] if kind == "warm" else None) as ctx:
-                                r = load(ctx, base + page_file, figures[page_file])
+                                r = load(ctx, base + page_file, figures[page_file],
+                                         moves=a.moves if kind == "warm" else 0)
                             res.setdefault((page_file, kind, name), []).append(r)
-                            if not r["ok"]:
+                            if not r["ok"] or r["timeouts"]:
                                 ok = False
-                                print(f"  FAILED {page_file} {kind} {name}: {r['states']} {r['errors'][:3]}")
+                                print(f"  FAILED {page_file} {kind} {name}: {r['states']} {r['errors'][:3]}"
+                                      + (f", {r['timeouts']} moves timed out" if r['timeouts'] else ""))
                             print(f"  {page_file} {kind} {name} {i + 1}: ready {r['ready'] / 1e3:.2f} s, "
                                   f"live {r['live'] / 1e3:.2f} s" if r["ok"] else "", flush=True)
         finally:
@@ -97,14 +111,16 @@ def main() -> int:
                 s.__exit__(None, None, None)
             for prof in made:
                 shutil.rmtree(prof, ignore_errors=True)
-    print("\n| page | cache | variant | runs | ready s | first live s | every figure live s | after ready s | handover s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| page | cache | variant | runs | ready s | first live s | every figure live s | after ready s | handover s |"
+          + (" redraw p50 / p95 ms (moves) |" if a.moves else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if a.moves else ""))
     for (page_file, kind, name), rs in sorted(res.items(), key=lambda kv: (a.pages.index(kv[0][0]), kv[0][1])):
         rs = [r for r in rs if r["ok"]]
         print(f"| {page_file} | {kind} | {name} | {len(rs)} | {med([r['ready'] for r in rs])} | "
               f"{med([r['first'] for r in rs])} | {med([r['live'] for r in rs])} | "
               f"{med([r['live'] - r['ready'] for r in rs])} | "
-              f"{med([r['live'] - r['built'] for r in rs if r['built'] is not None])} |")
+              f"{med([r['live'] - r['built'] for r in rs if r['built'] is not None])} |"
+              + (redraws(rs) if a.moves else ""))
     return 0 if ok else 1
 
 

@@ -117,29 +117,10 @@ def control_patch(figure_id: str, key: str, value: Any, start: Any = None) -> di
 
 
 def alternate_value(widget) -> Any:
-    """A value for `widget` different from its default (what a test moves it to)."""
-    import panel as pn
+    """A value for `widget` different from its present one (what a test moves it to)."""
+    from widgets.state import other_value
 
-    if isinstance(widget, pn.widgets.Button):
-        return None
-    if isinstance(widget, pn.widgets.Player):
-        return widget.end if widget.value != widget.end else widget.start
-    if isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
-        return not widget.value
-    if isinstance(widget, pn.widgets.DiscreteSlider):
-        opts = list(widget.values)
-        return opts[(opts.index(widget.value) + len(opts) // 2) % len(opts)]
-    if isinstance(widget, (pn.widgets.IntSlider, pn.widgets.FloatSlider)):
-        lo, hi, step = widget.start, widget.end, widget.step or 1
-        target = lo + 0.7 * (hi - lo)
-        v = lo + round((target - lo) / step) * step
-        v = type(widget.value)(v) if isinstance(widget.value, int) else round(v, 10)
-        return v if v != widget.value else type(widget.value)(hi)
-    if hasattr(widget, "options"):
-        opts = list(widget.options.values()) if isinstance(widget.options, dict) else list(widget.options)
-        others = [o for o in opts if o != widget.value]
-        return others[len(others) // 2]
-    raise TypeError(f"no alternate value rule for {type(widget).__name__}")
+    return other_value(widget)
 
 
 def close(a: Any, b: Any, rel: float = 1e-12, path: str = "") -> list[str]:

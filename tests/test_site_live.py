@@ -6,6 +6,7 @@ way the figure ends in the state the reader asked for (a link's values, a contro
 while Python loaded), equal to CPython's."""
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from urllib.parse import urlencode
@@ -14,8 +15,9 @@ import pytest
 
 import widgets
 from tests.browser import STATE_JS, attach, wait_states
-from tests.figures import SET_JS, control_patch, cpython_state
+from tests.figures import COLLECT_JS, SET_JS, close, control_patch, cpython_state
 from tests.test_site_browser import CHAPTERS, wait_equal
+from widgets.state import named_states
 
 PAGE = "ch04-batching.html"
 KNEE, SCHED = "ch04-batch-knee", "ch04-scheduler"
@@ -73,7 +75,7 @@ def test_a_prebuilt_figure_is_taken_once_as_it_was_built():
     browser_info = pn.config.browser_info
     try:
         runtime.prebuild([SCHED, KNEE])
-        doc, root, _ = runtime._PREBUILT[SCHED]
+        doc, root, _, _ = runtime._PREBUILT[SCHED]
         session = runtime.PageSession()
         taken = json.loads(session.build(SCHED))
         assert session.docs[SCHED] is doc and session.roots[SCHED] is root
@@ -142,6 +144,114 @@ def test_a_source_set_to_what_the_page_has_is_not_sent_again():
     finally:
         settings.simple_ids.unset_value()
         pn.config.browser_info = browser_info
+
+
+def model_values(doc) -> str:
+    """Every property of every model in `doc`, defaults included, as plain JSON (models by
+    id, arrays as lists): what the page's copy of the document holds, if it has had every
+    change."""
+    from bokeh.model import Model
+
+    def plain(v):
+        if isinstance(v, Model):
+            return {"id": v.id}
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if hasattr(v, "tolist"):             # numpy arrays and scalars
+            v = v.tolist()
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v
+    return json.dumps({m.id: {k: plain(v) for k, v in m.properties_with_values(include_defaults=True).items()}
+                       for m in doc.models}, sort_keys=True, default=repr)
+
+
+REHEARSE_CASES = [(fid, None) for fid in sorted(widgets.FIGURES)] + [
+    (fid, next(iter(states))) for fid in sorted(widgets.FIGURES)
+    if (states := named_states(importlib.import_module(widgets.FIGURES[fid])))]
+
+
+@pytest.mark.parametrize("figure_id,state", REHEARSE_CASES,
+                         ids=[f"{f}-{s or 'default'}" for f, s in REHEARSE_CASES])
+def test_a_rehearsal_moves_every_control_and_leaves_the_figure_as_the_page_has_it(figure_id, state):
+    """Once a page's figures are live, the worker moves each control to another value and
+    back (PageSession.rehearse), so that a reader's first move runs code the browser has
+    compiled already. Afterwards every property of every model is what it was, so the page,
+    which is sent nothing, still shows what Python holds; and each control was moved, as
+    its callbacks show."""
+    from bokeh.settings import settings
+    import panel as pn
+
+    from widgets import runtime
+    from widgets.state import apply_state
+
+    browser_info = pn.config.browser_info
+    try:
+        session = runtime.PageSession()
+        assert "error" not in json.loads(session.build(figure_id))
+        view = session.views[figure_id]
+        if state:
+            apply_state(view, **named_states(importlib.import_module(widgets.FIGURES[figure_id]))[state])
+        sent, moves = [], []
+        session.send = lambda fid: sent.extend(session.unshown(fid, session.held.pop(fid)) or []) \
+            or session.held.setdefault(fid, [])
+        session.link(figure_id, None)
+        sent.clear()                       # (a named state's changes, held until linking)
+        for key, widget in view.controls.items():
+            widget.param.watch(lambda event, key=key: moves.append((key, event.old, event.new)), "value")
+        doc = session.docs[figure_id]
+        before = model_values(doc)
+        controls = [k for k, w in view.controls.items() if not isinstance(w, pn.widgets.Button)]
+        assert controls and session.rehearse(figure_id) is None
+        assert model_values(doc) == before
+        assert sent == []
+        for key in controls:               # to another value, then back to the one it had
+            mine = [(old, new) for k, old, new in moves if k == key]
+            assert mine[0][0] == mine[-1][1] and mine[0][1] != mine[0][0], (key, mine)
+    finally:
+        runtime._PREBUILT.clear()
+        settings.simple_ids.unset_value()
+        pn.config.browser_info = browser_info
+
+
+def test_a_rehearsal_puts_back_a_control_that_another_control_moved():
+    """A control whose move sets another (a device with other number formats resets the
+    format) leaves both as they were, and the page is sent nothing."""
+    from bokeh.document import Document
+    import panel as pn
+
+    from widgets import runtime
+    from widgets.base import FigureView, readout
+
+    device = pn.widgets.Select(options=["gpu-a", "gpu-b", "cpu"], value="gpu-a")
+    fmt = pn.widgets.Select(options=["bf16", "fp8", "fp32"], value="fp8")
+    shown = readout()
+
+    def on_device(event):
+        if event.new == "cpu":                     # no fp8 here
+            fmt.value = "fp32"
+        shown.object = f"{device.value} {fmt.value}"
+    device.param.watch(on_device, "value")
+    fmt.param.watch(lambda event: setattr(shown, "object", f"{device.value} {fmt.value}"), "value")
+    shown.object = f"{device.value} {fmt.value}"
+    view = FigureView("test-dependent", pn.Column(fmt, device, shown), controls={"fmt": fmt, "device": device},
+                      readouts={"shown": shown})
+    doc = Document()
+    view.layout.server_doc(doc)
+    session = runtime.PageSession()
+    fid = view.figure_id
+    session.docs[fid], session.roots[fid], session.views[fid] = doc, doc.roots[0], view
+    sent, seen = [], []
+    session.send = lambda f: sent.extend(session.unshown(f, session.held.pop(f)) or []) \
+        or session.held.setdefault(f, [])
+    session.link(fid, None)
+    sent.clear()
+    fmt.param.watch(lambda event: seen.append(event.new), "value")
+    before = model_values(doc)
+    assert session.rehearse(fid) is None
+    assert "fp32" in seen                          # the device's move did move the format
+    assert (device.value, fmt.value, shown.object) == ("gpu-a", "fp8", "gpu-a fp8")
+    assert model_values(doc) == before and sent == []
 
 
 def fingerprint_differs(fid: str):
@@ -221,6 +331,37 @@ def test_figure_in_view_is_built_first(chromium, server):
         order = page.evaluate("Object.keys(window.__guide.timing)")
         assert order.index(f"built:{SCHED}") < order.index(f"built:{KNEE}"), order
         assert order.index(f"live:{SCHED}") < order.index(f"live:{KNEE}"), order
+        assert log.errors() == [], log.errors()
+    finally:
+        page.close()
+
+
+@needs_ch04
+@pytest.mark.browser
+def test_the_rehearsal_after_going_live_leaves_the_figures_as_the_reader_set_them(chromium, server):
+    """Opened with a link's values, both figures go live; then the worker moves controls
+    and puts them back (every control of the figure in view, then the next figure's, for
+    half a second of its time at most). It sends the page no patch, the figures still show
+    CPython's result for the link's values, and a reader's move after it is CPython's too."""
+    page = chromium.new_page()
+    log = attach(page, server)
+    try:
+        page.goto(server + PAGE + "?" + urlencode({f"{KNEE}.gpu": "H200", f"{SCHED}.slots": "16"}))
+        assert wait_states(page, [KNEE, SCHED], timeout_s=180) == {KNEE: "live", SCHED: "live"}
+        page.evaluate("""() => { window.__patches = 0;
+            window.__guide.worker.addEventListener('message', (e) => { if (e.data.type === 'patch') window.__patches += 1; }); }""")
+        page.wait_for_function("() => window.__guide.rehearsal", timeout=60000)
+        rehearsal, timing, patches = page.evaluate(
+            "() => [window.__guide.rehearsal, window.__guide.timing, window.__patches]")
+        controls = len(widgets.build(KNEE).controls) + len(widgets.build(SCHED).controls)
+        assert rehearsal["ms"] > 0 and 0 <= rehearsal["left"] < controls, rehearsal
+        assert timing["rehearsed"] > max(timing[f"live:{KNEE}"], timing[f"live:{SCHED}"]), timing
+        assert patches == 0
+        asked = {KNEE: [("gpu", "H200")], SCHED: [("slots", 16)]}
+        for fid, changes in asked.items():
+            assert not close(page.evaluate(COLLECT_JS, [fid, "live"]), cpython_state(fid, changes)), fid
+        page.evaluate(SET_JS, [KNEE, "context", control_patch(KNEE, "context", 8192)])
+        wait_equal(page, KNEE, cpython_state(KNEE, asked[KNEE] + [("context", 8192)]))
         assert log.errors() == [], log.errors()
     finally:
         page.close()

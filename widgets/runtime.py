@@ -74,7 +74,7 @@ def build_document(figure_id: str, doc) -> object:
     return view, new[0]
 
 
-# figure id -> (its document, root, fingerprint), built ahead by `prebuild` for a
+# figure id -> (its document, root, fingerprint, FigureView), built ahead by `prebuild` for a
 # PageSession.build to take as they are (each once)
 _PREBUILT: dict = {}
 
@@ -89,7 +89,8 @@ def prebuild(figure_ids) -> None:
         built = json.loads(session.build(figure_id))
         if "error" in built:
             raise RuntimeError(f"figure {figure_id} failed to build:\n{built['error']}")
-        _PREBUILT[figure_id] = (session.docs[figure_id], session.roots[figure_id], built["fingerprint"])
+        _PREBUILT[figure_id] = (session.docs[figure_id], session.roots[figure_id], built["fingerprint"],
+                                session.views[figure_id])
     # The quantization figure keeps its demo matrix for its next moves: in a snapshot that is
     # half a MB more to send on a first visit, so a page makes it again on its first move.
     from sim import quant
@@ -115,6 +116,7 @@ class PageSession:
         from panel.io.state import state
         state._add_busy_event = state._remove_busy_event = lambda event_id: None
         self.docs: dict = {}                # figure id -> its Bokeh document
+        self.views: dict = {}               # figure id -> its FigureView (controls, sources, readouts)
         self.roots: dict = {}               # figure id -> its root model
         self.senders: dict = {}             # figure id -> send_patch, once linked
         self.held: dict = {}                # figure id -> its changes not yet sent
@@ -129,7 +131,7 @@ class PageSession:
         from panel.io.state import set_curdoc, state
 
         if figure_id in _PREBUILT:
-            self.docs[figure_id], self.roots[figure_id], made = _PREBUILT.pop(figure_id)
+            self.docs[figure_id], self.roots[figure_id], made, self.views[figure_id] = _PREBUILT.pop(figure_id)
             return json.dumps({"figure": figure_id, "fingerprint": made})
         try:
             doc = Document()
@@ -137,7 +139,7 @@ class PageSession:
             doc._session_context = lambda: MockSessionContext(document=doc)
             state.curdoc = doc
             with set_curdoc(doc):
-                _, root = build_document(figure_id, doc)
+                view, root = build_document(figure_id, doc)
             # As panel.io.pyodide.write_doc does: without a session, Panel applies each change
             # at once instead of scheduling it on a server event loop that does not exist here.
             doc._session_context = None
@@ -151,7 +153,7 @@ class PageSession:
             # a whole document has carried it; left so, applying each patch from the page
             # copied the set of the figure's models still new, and sending one walked it.)
             doc.models.flush_synced()
-            self.docs[figure_id], self.roots[figure_id] = doc, root
+            self.docs[figure_id], self.roots[figure_id], self.views[figure_id] = doc, root, view
             return json.dumps({"figure": figure_id, "fingerprint": fingerprint(root)})
         except Exception as exc:   # one broken figure must not take the page down
             return json.dumps({"figure": figure_id, "error": _error_text(exc)})
@@ -260,6 +262,106 @@ class PageSession:
             except Exception as exc:
                 failure = failure or _failure(fid, exc)
         return failure
+
+    def rehearsal(self, figure_id: str) -> str:
+        """The keys of the figure's controls `rehearse` moves (JSON list): all but buttons."""
+        import panel as pn
+
+        view = self.views.get(figure_id)
+        return json.dumps([] if view is None else
+                          [k for k, w in view.controls.items() if not isinstance(w, pn.widgets.Button)])
+
+    def rehearse(self, figure_id: str, keys: list | None = None) -> str | None:
+        """Move controls `keys` of a linked figure (default: every one `rehearsal` lists),
+        each to another value and back, the way a reader's change arrives from the page,
+        then send the page only what ended up different: nothing, when the figure shows
+        what its controls say. Return an error text on failure, as `apply_patch` does.
+
+        The browser compiles the WebAssembly of a Python code path when it first runs, so
+        a reader's first move of a control took several times as long as the next ones
+        (ch07 in headless Chromium on 2 cores: 60-120 ms against 15-25 ms). Once every
+        figure is live the page's worker rehearses one control at a time, so a reader's
+        own change waits for one control's rehearsal at most.
+        """
+        from panel.io.state import set_curdoc, state
+
+        from widgets.state import other_value
+
+        if figure_id not in self.senders:
+            return None
+        doc = self.docs[figure_id]
+        controls = {k: self.views[figure_id].controls[k] for k in json.loads(self.rehearsal(figure_id))}
+        start = {k: w.value for k, w in controls.items()}
+        first_old: dict = {}            # (model id, property) -> its value before the rehearsal
+        notify = doc.callbacks.notify_change
+
+        def noting(model, attr, old, *args, **kwargs):
+            first_old.setdefault((model.id, attr), old)
+            return notify(model, attr, old, *args, **kwargs)
+
+        failure = None
+        self.applying = True
+        doc.callbacks.notify_change = noting
+        try:
+            state.curdoc = doc
+            with set_curdoc(doc):
+                for key in (list(controls) if keys is None else list(keys)):
+                    _set_from_page(doc, controls[key], other_value(controls[key]))
+                    for k, w in controls.items():     # back, with any control the move changed
+                        if w.value != start[k]:
+                            _set_from_page(doc, w, start[k])
+        except Exception as exc:
+            failure = _failure(figure_id, exc)
+        finally:
+            del doc.callbacks.notify_change
+            self.applying = False
+            moved, self.held[figure_id] = self.held[figure_id], [
+                e for e in self.held[figure_id] if not _back_as_it_was(e, first_old)]
+        try:
+            _encode_unsent(doc, moved)
+            self.send(figure_id)
+        except Exception as exc:
+            failure = failure or _failure(figure_id, exc)
+        return failure
+
+
+def _encode_unsent(doc, events: list) -> None:
+    """Encode `events` as `send` would, JavaScript objects included, and drop the result:
+    the rest of a move's code path, for a rehearsal (the page is not sent it, and no
+    model is marked as sent)."""
+    from bokeh.core.serialization import Serializer
+    from bokeh.document.json import PatchJson
+
+    serializer = Serializer(references=doc.models.synced_references)
+    patch = PatchJson(events=serializer.encode(events))
+    try:
+        import pyodide.ffi
+        from panel.io.pyodide import _dict_converter, _serialize_buffers
+    except ImportError:         # CPython: no JavaScript objects to make
+        return
+    buffers = {b.id: pyodide.ffi.to_js(b.to_bytes()).buffer for b in serializer.buffers}
+    pyodide.ffi.to_js(_serialize_buffers(patch, buffers=buffers), dict_converter=_dict_converter)
+
+
+def _set_from_page(doc, widget, value) -> None:
+    """Set control `widget` to `value` as a patch from the page would: its Bokeh model's
+    properties, as the page's widget writes them."""
+    model = next(m for m, _ in widget._models.values() if m.document is doc)
+    props = widget._process_param_change({"value": value})
+    if "value_throttled" in model.properties():       # a slider sends both as it is let go
+        props["value_throttled"] = props["value"]
+    doc.apply_json_patch({"events": [{"kind": "ModelChanged", "model": {"id": model.id}, "attr": k, "new": v}
+                                     for k, v in props.items()]}, setter="js")
+
+
+def _back_as_it_was(event, first_old: dict) -> bool:
+    """A property change whose value is again the one it had before the first change."""
+    from bokeh.document.events import ModelChangedEvent
+
+    if not isinstance(event, ModelChangedEvent) or (event.model.id, event.attr) not in first_old:
+        return False
+    now = getattr(event.model, event.attr)
+    return bool(event.model.lookup(event.attr).property.matches(now, first_old[(event.model.id, event.attr)]))
 
 
 def columns_shown(doc) -> dict:

@@ -76,6 +76,30 @@ def checked(figure_id: str, key: str, widget, value: Any) -> Any:
     return value
 
 
+def other_value(widget) -> Any:
+    """A value for control `widget` other than its present one (None for a Button, which
+    has no value): the tests move controls to it, and a page rehearses each move with it."""
+    if isinstance(widget, pn.widgets.Button):
+        return None
+    if isinstance(widget, pn.widgets.Player):
+        return widget.end if widget.value != widget.end else widget.start
+    if isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
+        return not widget.value
+    if isinstance(widget, pn.widgets.DiscreteSlider):
+        opts = list(widget.values)
+        return opts[(opts.index(widget.value) + len(opts) // 2) % len(opts)]
+    if isinstance(widget, (pn.widgets.IntSlider, pn.widgets.FloatSlider)):
+        lo, hi, step = widget.start, widget.end, widget.step or 1
+        target = lo + 0.7 * (hi - lo)
+        v = lo + round((target - lo) / step) * step
+        v = type(widget.value)(v) if isinstance(widget.value, int) else round(v, 10)
+        return v if v != widget.value else type(widget.value)(hi if widget.value != hi else lo)
+    if hasattr(widget, "options"):
+        others = [o for o in _options(widget) if o != widget.value]
+        return others[len(others) // 2]
+    raise TypeError(f"no other value rule for {type(widget).__name__}")
+
+
 def parse_value(text: str) -> Any:
     """A control value written as text (a command line, a URL): JSON where it parses
     (64, 0.5, true), the text itself otherwise (H200)."""

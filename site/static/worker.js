@@ -8,8 +8,9 @@
 //
 // Messages to the page: progress {stage, done, total}, built {figure, fingerprint} or
 // {figure, error}, render {figure, doc} (the figure's document, JSON), patch {figure,
-// patch, buffers}, idle, error {figure, message} (a callback failed), fatal {message}
-// (the runtime failed).
+// patch, buffers}, idle, error {figure, message} (a callback failed), rehearsed {ms, left}
+// (controls moved and put back, see rehearseAll; ms spent, controls left out), fatal
+// {message} (the runtime failed).
 // Messages from the page: start {figures, runtime, boot}, focus {figures} (the order to build
 // them in), adopted {figure}, embed {figure}, rendered {figure}, patch {figure, patch}.
 // `boot` "normal" skips the memory snapshot (boot below); the progress message that ends
@@ -31,6 +32,38 @@ let focus = [];   // figure ids in the order the page wants them built
 
 function sendPatch(patch, buffers, figure) {
   post({ type: "patch", figure, patch, buffers });
+}
+
+// ---- Once every figure is live: controls moved to another value and back
+// (PageSession.rehearse), so that the browser has compiled the code a reader's first move
+// runs. One control per task, so a reader's change waits for one control at most: every
+// control of the figure nearest the viewport first (the "focus" order), then the next
+// figure's, until REHEARSAL_MS of the worker's time is spent.
+const REHEARSAL_MS = 500;
+let builtFigures = null;           // the figures Python built, once it has built them all
+const linked = new Set();
+let rehearsing = false;
+
+function rehearseAll() {
+  if (rehearsing || !builtFigures || !builtFigures.every((id) => linked.has(id))) return;
+  rehearsing = true;
+  const order = [...focus.filter((id) => builtFigures.includes(id)), ...builtFigures.filter((id) => !focus.includes(id))];
+  const todo = order.flatMap((id) => JSON.parse(session.rehearsal(id)).map((key) => [id, key]));
+  let spent = 0;
+  const next = () => {
+    const item = todo.shift();
+    if (!item || spent >= REHEARSAL_MS) {
+      post({ type: "rehearsed", ms: Math.round(spent), left: todo.length + (item ? 1 : 0), t: now() });
+      return;
+    }
+    const [id, key] = item;
+    const t0 = performance.now();
+    const failure = session.rehearse(id, [key]);
+    spent += performance.now() - t0;
+    if (failure) post({ type: "error", ...JSON.parse(failure) });
+    setTimeout(next, 0);
+  };
+  setTimeout(next, 0);
 }
 
 // ---- Booting Python: restore the build's memory snapshot (static/snapshot.js,
@@ -299,14 +332,19 @@ async function buildFigures(figures) {
   // One figure at a time, the one the page asked for first; between two, the page's
   // messages (a figure adopted, a reader's change to a live figure) are handled.
   const todo = [...figures];
+  const built = [];
   for (let done = 0; todo.length; done += 1) {
     const next = focus.find((id) => todo.includes(id)) ?? todo[0];
     todo.splice(todo.indexOf(next), 1);
-    post({ type: "built", ...JSON.parse(session.build(next)), t: now() });
+    const result = JSON.parse(session.build(next));
+    if (!result.error) built.push(next);
+    post({ type: "built", ...result, t: now() });
     progress("figures", done + 1, figures.length);
     await new Promise((r) => setTimeout(r, 0));
   }
   afterLive();   // every figure built; the page adopts or embeds them within moments
+  builtFigures = figures.filter((id) => built.includes(id));    // in the page's order
+  rehearseAll();
 }
 
 // Packages `names` needs, by the lock's depends (what loadPackage will load).
@@ -331,6 +369,8 @@ self.onmessage = async (event) => {
       focus = msg.figures;
     } else if (msg.type === "adopted" || msg.type === "rendered") {
       session.link(msg.figure, sendPatch);
+      linked.add(msg.figure);
+      rehearseAll();
     } else if (msg.type === "embed") {
       post({ type: "render", figure: msg.figure, doc: session.render(msg.figure), t: now() });
     } else if (msg.type === "patch") {

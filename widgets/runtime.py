@@ -279,7 +279,7 @@ class PageSession:
 
         The browser compiles the WebAssembly of a Python code path when it first runs, so
         a reader's first move of a control took several times as long as the next ones
-        (ch07 in headless Chromium on 2 cores: 60-120 ms against 15-25 ms). Once every
+        (ch07 in headless Chromium on 2 cores: 50-140 ms against 20-55 ms). Once every
         figure is live the page's worker rehearses one control at a time, so a reader's
         own change waits for one control's rehearsal at most.
         """
@@ -289,6 +289,8 @@ class PageSession:
 
         if figure_id not in self.senders:
             return None
+        if self.held[figure_id]:         # changes not sent yet go first, as they are
+            self.send(figure_id)
         doc = self.docs[figure_id]
         controls = {k: self.views[figure_id].controls[k] for k in json.loads(self.rehearsal(figure_id))}
         start = {k: w.value for k, w in controls.items()}

@@ -350,7 +350,7 @@ async function onMessage(msg) {
       try { patching += 1; FIGS.get(msg.figure).doc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
       break;
     case "idle": flushQueue(); break;
-    case "rehearsed": mark("rehearsed", msg.t - performance.timeOrigin); G.rehearsal = { ms: msg.ms, left: msg.left }; break;
+    case "rehearsed": mark("rehearsed", msg.t - performance.timeOrigin); G.rehearsal = { ms: msg.ms, left: msg.left, sent: msg.sent }; break;
     case "error": {
       const fig = msg.figure && FIGS.get(msg.figure);
       if (fig) showError(fig, msg.message); else console.error(msg.message);

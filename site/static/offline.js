@@ -49,6 +49,11 @@
   });
 
   function register() {
+    // A newer worker that installs meanwhile replaces the one asked below, which may then
+    // stop before it answers: ask the one that takes the page over as well.
+    sw.addEventListener("controllerchange", function () {
+      if (sw.controller) sw.controller.postMessage({ type: "sync" });
+    });
     sw.register(root + "sw.js", { scope: root }).then(function () {
       return sw.ready;
     }).then(function (reg) {

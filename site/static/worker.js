@@ -8,9 +8,9 @@
 //
 // Messages to the page: progress {stage, done, total}, built {figure, fingerprint} or
 // {figure, error}, render {figure, doc} (the figure's document, JSON), patch {figure,
-// patch, buffers}, idle, error {figure, message} (a callback failed), rehearsed {ms, left}
-// (controls moved and put back, see rehearseAll; ms spent, controls left out), fatal
-// {message} (the runtime failed).
+// patch, buffers}, idle, error {figure, message} (a callback failed), rehearsed {ms, left,
+// sent} (controls moved and put back, see rehearseAll: ms spent, controls left out, patches
+// it sent), fatal {message} (the runtime failed).
 // Messages from the page: start {figures, runtime, boot}, focus {figures} (the order to build
 // them in), adopted {figure}, embed {figure}, rendered {figure}, patch {figure, patch}.
 // `boot` "normal" skips the memory snapshot (boot below); the progress message that ends
@@ -30,7 +30,9 @@ const loadErrors = [];
 
 let focus = [];   // figure ids in the order the page wants them built
 
+let patchesSent = 0;
 function sendPatch(patch, buffers, figure) {
+  patchesSent += 1;
   post({ type: "patch", figure, patch, buffers });
 }
 
@@ -50,16 +52,19 @@ function rehearseAll() {
   const order = [...focus.filter((id) => builtFigures.includes(id)), ...builtFigures.filter((id) => !focus.includes(id))];
   const todo = order.flatMap((id) => JSON.parse(session.rehearsal(id)).map((key) => [id, key]));
   let spent = 0;
+  let sent = 0;
   const next = () => {
     const item = todo.shift();
     if (!item || spent >= REHEARSAL_MS) {
-      post({ type: "rehearsed", ms: Math.round(spent), left: todo.length + (item ? 1 : 0), t: now() });
+      post({ type: "rehearsed", ms: Math.round(spent), left: todo.length + (item ? 1 : 0), sent, t: now() });
       return;
     }
     const [id, key] = item;
     const t0 = performance.now();
+    const before = patchesSent;
     const failure = session.rehearse(id, [key]);
     spent += performance.now() - t0;
+    sent += patchesSent - before;
     if (failure) post({ type: "error", ...JSON.parse(failure) });
     setTimeout(next, 0);
   };

@@ -21,6 +21,14 @@ opened and once every figure is live, and prints medians (min-max) in seconds of
 - page other: the page's process otherwise (compositor, IO, service worker);
 - browser: the browser's own process; gpu+utility: the GPU process and utility processes
   (network, storage).
+
+`--dwell NAME=SECONDS` keeps that variant's later visits open for SECONDS after the snapshot
+was kept, as a reader who stays on the page would (the same site may be given twice, under
+two names). With it, each profile first has one later visit that is not measured, with its
+variant's dwell, so that every measured visit follows a later visit. What a longer visit
+leaves behind is Chrome's code cache for the runtime's WebAssembly: a few seconds after its
+optimizing compiler has made enough machine code for the module's hot functions, Chrome keeps
+that code with the offline copy's entry, and the next page load starts with it.
 It prints numbers and exits 0 unless a load fails.
 """
 from __future__ import annotations
@@ -118,7 +126,7 @@ def first_visit(ctx, url: str, figure_ids: list[str]) -> None:
     page.close()
 
 
-def later_visit(ctx, profile: Path, url: str, figure_ids: list[str]) -> dict:
+def later_visit(ctx, profile: Path, url: str, figure_ids: list[str], dwell_s: float = 0) -> dict:
     page = ctx.new_page()
     log = attach(page, url.rsplit("/", 1)[0] + "/")
     page.wait_for_timeout(1000)                  # the browser's own start settles
@@ -128,6 +136,8 @@ def later_visit(ctx, profile: Path, url: str, figure_ids: list[str]) -> dict:
     after = browser_cpu(profile)
     timing = page.evaluate("window.__guide.timing")
     wait_snapshot_stored(page)
+    if dwell_s:
+        page.wait_for_timeout(dwell_s * 1000)
     page.close()
     ok = all(s == "live" for s in states.values()) and not log.errors()
     res = {k: after[k] - before[k] for k in COLUMNS}
@@ -145,6 +155,8 @@ def main() -> int:
     ap.add_argument("--variant", action="append", required=True, help="NAME=SITE_DIR (one or more)")
     ap.add_argument("--pages", nargs="+", required=True, help="chapter page files")
     ap.add_argument("--runs", type=int, default=4, help="later visits per page and variant")
+    ap.add_argument("--dwell", action="append", default=[], metavar="NAME=SECONDS",
+                    help="keep that variant's later visits open this long after the snapshot was kept")
     a = ap.parse_args()
     if not Path("/proc/self/task").is_dir():
         print("bench_cpu.py reads /proc: Linux only", file=sys.stderr)
@@ -152,6 +164,12 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     variants = [(v.split("=", 1)[0], Path(v.split("=", 1)[1])) for v in a.variant]
+    try:
+        dwell = {d.split("=", 1)[0]: float(d.split("=", 1)[1]) for d in a.dwell}
+    except (IndexError, ValueError):
+        ap.error("--dwell takes NAME=SECONDS")
+    if set(dwell) - {name for name, _ in variants}:
+        ap.error(f"--dwell names no variant: {sorted(set(dwell) - {name for name, _ in variants})}")
     figures = {c.file: c.figures for c in read_chapters()}
     res: dict = {}
     ok = True
@@ -167,13 +185,17 @@ def main() -> int:
                     made.append(profiles[name])
                     with chromium_context(p, profiles[name]) as ctx:
                         first_visit(ctx, base + page_file, figures[page_file])
+                    if dwell:                      # a later visit, not measured, with this variant's dwell
+                        with chromium_context(p, profiles[name]) as ctx:
+                            later_visit(ctx, profiles[name], base + page_file, figures[page_file], dwell.get(name, 0))
                 for i in range(a.runs):
                     order = list(zip(variants, bases))
                     if i % 2:
                         order.reverse()
                     for (name, _), base in order:
                         with chromium_context(p, profiles[name]) as ctx:
-                            r = later_visit(ctx, profiles[name], base + page_file, figures[page_file])
+                            r = later_visit(ctx, profiles[name], base + page_file, figures[page_file],
+                                            dwell.get(name, 0))
                         res.setdefault((page_file, name), []).append(r)
                         if not r["ok"]:
                             ok = False

@@ -6,7 +6,8 @@ alternating page loads between them in one run (timings on a shared machine drif
         --pages ch04-batching.html ch09-speculative.html --runs 5
 
 Per page and variant, cold (fresh browser profile) and warm (a profile that has loaded
-the page once): medians (min-max) of
+the page once, until the worker had kept the memory snapshot in Cache Storage and the
+offline copy was saved, as a reader's first visit leaves it): medians (min-max) of
 - ready: Python loaded in the worker and about to build the figures (ms after navigation);
 - first: the first figure live;  live: every figure live;
 - after ready: live - ready, the part spent building the figures and handing them to the page;
@@ -16,7 +17,8 @@ the page once): medians (min-max) of
 With --moves N, each warm load then moves a control N times (as `tests/bench_pages.py`
 does: the first slider of the page's figures, else the first menu) and the table adds the
 redraw, ms until the figure's data first changed, p50 / p95 over every warm load's moves.
-It prints numbers and exits 0 unless a load fails (a figure not live, a page error).
+It prints numbers and exits 0 unless a load fails (a figure not live, a page error, or a
+warm load that restored the snapshot from the network rather than from Cache Storage).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from builder.pages import read_chapters  # noqa: E402
 from builder.serve import serving  # noqa: E402
+from tests.bench_cpu import first_visit  # noqa: E402
 from tests.bench_pages import move_controls, pct  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 
@@ -43,6 +46,7 @@ def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     page.goto(url)
     states = wait_states(page, figure_ids, timeout_s=240)
     t = page.evaluate("window.__guide.timing")
+    boot = page.evaluate("window.__guide.boot || null") or {}
     moved = move_controls(page, figure_ids, moves) if moves and all(s == "live" for s in states.values()) else []
     page.close()
     lives = [t.get(f"live:{f}") for f in figure_ids]
@@ -50,6 +54,7 @@ def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     ready = t.get("stage:figures:0")
     built = [v for k, v in t.items() if k.startswith("built:")] or [t.get("python_rendered")]
     return {"ok": ok, "states": states, "errors": log.errors(), "ready": ready,
+            "booted": f"{boot.get('path')} ({boot.get('reason')})",
             "built": max(b for b in built if b is not None) if any(b is not None for b in built) else None,
             "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None,
             "redraw": [m["data_ms"] for m in moved if not m.get("timeout")], "timeouts": sum(1 for m in moved if m.get("timeout"))}
@@ -89,7 +94,7 @@ def main() -> int:
                     profiles[name] = Path(tempfile.mkdtemp(prefix="guide-live-"))
                     made.append(profiles[name])
                     with chromium_context(p, profiles[name]) as ctx:
-                        load(ctx, base + page_file, figures[page_file])
+                        first_visit(ctx, base + page_file, figures[page_file])
                 for i in range(a.runs):
                     for kind in ("cold", "warm"):
                         order = list(zip(variants, bases))
@@ -100,6 +105,9 @@ def main() -> int:
                                 r = load(ctx, base + page_file, figures[page_file],
                                          moves=a.moves if kind == "warm" else 0)
                             res.setdefault((page_file, kind, name), []).append(r)
+                            if kind == "warm" and r["ok"] and r["booted"] == "snapshot (network)":
+                                r["ok"] = False
+                                r["errors"] = [f"booted {r['booted']}, not from the snapshot kept in Cache Storage"]
                             if not r["ok"] or r["timeouts"]:
                                 ok = False
                                 print(f"  FAILED {page_file} {kind} {name}: {r['states']} {r['errors'][:3]}"

@@ -24,6 +24,14 @@ from builder import common, output, pages, prerender, serve, wheels
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def sigint_as_from_a_terminal() -> None:
+    """In a child before exec: SIGINT back to its default, as a build started from a terminal
+    has it. A shell starts a background job with SIGINT ignored, and a Python started so keeps
+    it ignored (no KeyboardInterrupt), as a background job should; a test run from one would
+    otherwise signal a build that cannot hear it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
@@ -46,7 +54,8 @@ def build_cmd(out: Path, *args: str, cache: Path | None = None, fault: str = "")
     if cache:
         env["GUIDE_CACHE"] = str(cache)
     return subprocess.Popen([sys.executable, str(ROOT / "build.py"), "--out", str(out), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)
 
 
 def finish(p: subprocess.Popen) -> tuple[int, str]:
@@ -250,7 +259,7 @@ def test_a_signal_between_the_renames_waits_until_the_swap_is_done(tmp_path, sig
     new = site_with(tmp_path / "src" / "new", "new")
     r = subprocess.run([sys.executable, "-c", SWAP_SCRIPT, str(out), str(new)],
                        cwd=ROOT, env=dict(os.environ, GUIDE_BUILD_FAULT=f"between-renames:{sig}"),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, preexec_fn=sigint_as_from_a_terminal)
     assert r.returncode == 3, r.stdout + r.stderr       # the signal arrived ...
     assert (out / "index.html").read_text() == "new"      # ... after the new site was in place
     assert output.verify_site(out) == []

@@ -168,8 +168,9 @@ def main() -> int:
         dwell = {d.split("=", 1)[0]: float(d.split("=", 1)[1]) for d in a.dwell}
     except (IndexError, ValueError):
         ap.error("--dwell takes NAME=SECONDS")
-    if set(dwell) - {name for name, _ in variants}:
-        ap.error(f"--dwell names no variant: {sorted(set(dwell) - {name for name, _ in variants})}")
+    unknown = sorted(set(dwell) - {name for name, _ in variants})
+    if unknown:
+        ap.error(f"--dwell names no variant: {unknown}")
     figures = {c.file: c.figures for c in read_chapters()}
     res: dict = {}
     ok = True

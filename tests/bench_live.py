@@ -54,7 +54,7 @@ def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     ready = t.get("stage:figures:0")
     built = [v for k, v in t.items() if k.startswith("built:")] or [t.get("python_rendered")]
     return {"ok": ok, "states": states, "errors": log.errors(), "ready": ready,
-            "booted": f"{boot.get('path')} ({boot.get('reason')})",
+            "boot": {k: boot.get(k) for k in ("path", "reason")},
             "built": max(b for b in built if b is not None) if any(b is not None for b in built) else None,
             "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None,
             "redraw": [m["data_ms"] for m in moved if not m.get("timeout")], "timeouts": sum(1 for m in moved if m.get("timeout"))}
@@ -105,9 +105,9 @@ def main() -> int:
                                 r = load(ctx, base + page_file, figures[page_file],
                                          moves=a.moves if kind == "warm" else 0)
                             res.setdefault((page_file, kind, name), []).append(r)
-                            if kind == "warm" and r["ok"] and r["booted"] == "snapshot (network)":
+                            if kind == "warm" and r["ok"] and r["boot"] == {"path": "snapshot", "reason": "network"}:
                                 r["ok"] = False
-                                r["errors"] = [f"booted {r['booted']}, not from the snapshot kept in Cache Storage"]
+                                r["errors"] = ["restored the snapshot from the network, not from the one kept in Cache Storage"]
                             if not r["ok"] or r["timeouts"]:
                                 ok = False
                                 print(f"  FAILED {page_file} {kind} {name}: {r['states']} {r['errors'][:3]}"

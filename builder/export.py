@@ -67,13 +67,13 @@ def inline_panel_css(page: str) -> str:
     import panel
     from panel.io.resources import CDN_DIST
 
-    dist = Path(panel.__file__).parent / "dist"
+    from widgets.runtime import css_with_data_urls, panel_css_file
 
     def data_uri(m: re.Match) -> str:
-        path = dist / m.group(1)
-        if not path.is_file():
+        path = panel_css_file(m.group(0))
+        if path is None:
             raise BuildError(f"the exported page names {m.group(0)}, which panel {panel.__version__} does not ship")
-        return "data:text/css;base64," + base64.b64encode(path.read_bytes()).decode()
+        return "data:text/css;base64," + base64.b64encode(css_with_data_urls(path).encode()).decode()
 
     return re.sub(re.escape(CDN_DIST) + r"([\w./-]+\.css)", data_uri, page)
 

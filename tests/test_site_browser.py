@@ -5,6 +5,7 @@ lands. One server and one browser serve the whole session (see conftest.py).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import zipfile
@@ -89,6 +90,9 @@ def test_page_goes_live_offline(chromium, server, page_file, figure_ids):
         assert log.errors() == [], log.errors()
         assert log.failed == [], log.failed
         assert log.off_site() == [], log.off_site()
+        # Panel's stylesheets are in the figures' documents (widgets.runtime.inline_panel_stylesheets)
+        linked = [u for u in log.requests if re.search(r"/vendor/panel/[^/]+/dist/(css|bundled)/", u)]
+        assert linked == [], linked
     finally:
         page.close()
 

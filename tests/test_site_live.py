@@ -62,6 +62,74 @@ def test_python_builds_the_previews_models_in_any_order(site_dir):
         pn.config.browser_info = browser_info
 
 
+def test_previews_carry_panels_stylesheets_as_text(site_dir):
+    """No preview links a stylesheet: each of Panel's CSS files is in the document once, as
+    text, with the id `css-<figure>-<n>` (the same wherever the figure is built), and with
+    nothing in it the page would have to fetch."""
+    for c in CHAPTERS:
+        for fid, data in prerendered((site_dir / c["file"]).read_text()).items():
+            text = json.dumps(data["docs_json"])
+            assert '"ImportedStyleSheet"' not in text, fid
+            sheets = {m.group(1): json.loads(f'"{m.group(2)}"') for m in re.finditer(
+                r'"name": "InlineStyleSheet", "id": "(css-[^"]+)", "attributes": \{"css": "((?:[^"\\]|\\.)*)"', text)}
+            assert sorted(sheets) == [f"css-{fid}-{n}" for n in range(len(sheets))] and len(sheets) >= 3, (fid, sorted(sheets))
+            for css in sheets.values():
+                assert re.findall(r"url\((?!\s*['\"]?data:)", css) == [], fid
+
+
+def test_panel_css_files_and_their_urls(tmp_path):
+    """A stylesheet URL of Panel's maps to the file in the installed package (its themes'
+    CSS lives in panel/theme/css); a relative url() in it becomes a data URL of the file."""
+    import base64
+    from pathlib import Path
+
+    import panel
+    from panel.io.resources import CDN_DIST
+
+    from widgets.runtime import css_with_data_urls, panel_css_file
+
+    package = Path(panel.__file__).parent
+    assert panel_css_file(f"{CDN_DIST}css/loading.css?v=1") == package / "dist" / "css" / "loading.css"
+    assert panel_css_file(f"{CDN_DIST}bundled/theme/default.css") == package / "theme" / "css" / "default.css"
+    assert panel_css_file(f"{CDN_DIST}css/no-such.css") is None
+    assert panel_css_file("https://example.org/a.css") is None
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "css").mkdir()
+    (tmp_path / "assets" / "dot.svg").write_text("<svg/>")
+    sheet = tmp_path / "css" / "a.css"
+    sheet.write_text(".a{background:url('../assets/dot.svg')} .b{mask:url(data:image/png;base64,AA==)} .c{filter:url(#f)}")
+    assert css_with_data_urls(sheet) == (
+        f'.a{{background:url("data:image/svg+xml;base64,{base64.b64encode(b"<svg/>").decode()}")}} '
+        ".b{mask:url(data:image/png;base64,AA==)} .c{filter:url(#f)}")
+    sheet.write_text(".a{background:url(../assets/gone.svg)}")
+    with pytest.raises(ValueError, match="gone.svg"):
+        css_with_data_urls(sheet)
+
+
+def test_models_panel_adds_later_share_the_inline_stylesheets():
+    """A widget added to a built figure gets the document's inline stylesheets, not links."""
+    import panel as pn
+    from bokeh.document import Document
+    from bokeh.models import ImportedStyleSheet, InlineStyleSheet
+
+    from widgets.runtime import build_document
+
+    browser_info = pn.config.browser_info
+    try:
+        pn.config.browser_info = False
+        doc = Document()
+        view, root = build_document(KNEE, doc)
+        ours = {m.id: m for m in root.references() if isinstance(m, InlineStyleSheet) and m.id.startswith("css-")}
+        before = {m.id for m in doc.models}
+        view.layout.append(pn.widgets.Select(options=["a", "b"]))
+        (added,) = [m for m in doc.models if m.id not in before and type(m).__name__ == "CustomSelect"]
+        sheets = [s for s in added.stylesheets if not isinstance(s, str)]
+        assert not any(isinstance(s, ImportedStyleSheet) for s in sheets)
+        assert {s.id for s in sheets} <= set(ours) and all(ours[s.id] is s for s in sheets)
+    finally:
+        pn.config.browser_info = browser_info
+
+
 def test_a_prebuilt_figure_is_taken_once_as_it_was_built():
     """The memory snapshot holds every figure built (widgets.runtime.prebuild): a page's
     session takes its figure's document as it is, in the state a build now gives and with

@@ -12,9 +12,11 @@ A figure whose build fails is reported by id with its error; the others still go
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
+import re
 import sys
 import traceback
 
@@ -61,6 +63,78 @@ def fingerprint(root) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
+_CSS_URL = re.compile(r"""url\(\s*(['"]?)([^'")]+)\1\s*\)""")
+_DATA_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".gif": "image/gif", ".woff2": "font/woff2"}
+
+
+def panel_css_file(url: str):
+    """The file in the installed Panel behind stylesheet URL `url` (one under Panel's dist
+    folder as Panel writes it, `<cdn root><version>/dist/...`), or None."""
+    from pathlib import Path
+
+    import panel
+    from panel.io.resources import CDN_DIST
+
+    path = url.split("?", 1)[0]
+    if not path.startswith(CDN_DIST):
+        return None
+    rel = path[len(CDN_DIST):]
+    package = Path(panel.__file__).parent
+    # Panel serves its themes' CSS (panel/theme/css) under dist/bundled/theme/
+    candidate = (package / "theme" / "css" / rel.removeprefix("bundled/theme/") if rel.startswith("bundled/theme/")
+                 else package / "dist" / rel)
+    return candidate if candidate.is_file() else None
+
+
+def css_with_data_urls(css_file) -> str:
+    """The text of `css_file` with every relative url() in it replaced by that file as a data
+    URL: CSS put into a page (or a data URL of its own) has no folder to resolve them from."""
+    def data_url(match) -> str:
+        target = match.group(2)
+        if target.startswith(("data:", "#")):
+            return match.group(0)
+        file = (css_file.parent / target).resolve()
+        kind = _DATA_TYPES.get(file.suffix)
+        if kind is None or not file.is_file():
+            raise ValueError(f"{css_file.name}: url({target}) is not a file that can be inlined")
+        return f'url("data:{kind};base64,{base64.b64encode(file.read_bytes()).decode()}")'
+
+    return _CSS_URL.sub(data_url, css_file.read_text(encoding="utf-8"))
+
+
+def inline_panel_stylesheets(doc, figure_id: str) -> None:
+    """Panel's own stylesheets in `doc`, as CSS text in the document instead of links.
+
+    Panel gives each of its models links to CSS files (its theme, its widgets' look), so
+    BokehJS puts a <link> into each model's shadow root: about 100 on a two-figure page,
+    each a request the page makes while its main thread is busiest, and each file's rules
+    apply only once it has arrived. Here each such file becomes one InlineStyleSheet per
+    document, its relative url()s made data URLs, and the document is registered with
+    Panel, so that models Panel adds later get the same ones. Their ids are named,
+    `css-<figure>-<n>` in the sorted order of the files, not counted: where else the figure
+    is built, a model more may have been made before them (in the snapshot's build, after
+    every other figure), and the page adopts its preview only when every model has the same
+    id in both. A link to anything but Panel's files is left as it is."""
+    from bokeh.core.has_props import HasProps
+    from bokeh.models import ImportedStyleSheet, InlineStyleSheet, UIElement
+    from panel.io.state import state
+
+    elements = {m for root in doc.roots for m in root.select({"type": UIElement})}
+    linked = {s.url for m in elements for s in m.stylesheets if isinstance(s, ImportedStyleSheet)}
+    # path without the query (Panel's key for them) -> its InlineStyleSheet
+    inline = dict.fromkeys(sorted({url.split("?", 1)[0] for url in linked if panel_css_file(url) is not None}))
+    for n, path in enumerate(inline):
+        # made with its id as Bokeh's deserializer makes a model it reads from JSON
+        inline[path] = sheet = InlineStyleSheet.__new__(InlineStyleSheet, id=f"css-{figure_id}-{n}")
+        HasProps.__init__(sheet, css=css_with_data_urls(panel_css_file(path)))
+    for model in elements:
+        sheets = [inline.get(s.url.split("?", 1)[0], s) if isinstance(s, ImportedStyleSheet) else s
+                  for s in model.stylesheets]
+        if sheets != list(model.stylesheets):
+            model.stylesheets = sheets
+    state._inline_stylesheets[doc] = inline
+
+
 def build_document(figure_id: str, doc) -> object:
     """Build figure `figure_id` into Bokeh document `doc` (ids from `stable_ids`) and return
     its root; Panel's invisible helper roots, if any, are not counted."""
@@ -68,6 +142,7 @@ def build_document(figure_id: str, doc) -> object:
         view = widgets.build(figure_id)
         before = {r.id for r in doc.roots}
         view.layout.server_doc(doc, location=False)
+        inline_panel_stylesheets(doc, figure_id)
     new = [r for r in doc.roots if r.id not in before and r.name not in PANEL_HELPER_ROOTS]
     if len(new) != 1:
         raise RuntimeError(f"figure {figure_id} added {len(new)} roots to the document, expected 1")

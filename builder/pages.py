@@ -247,9 +247,10 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
     static = out / "static"
     shutil.copytree(common.SITE_SRC / "static", static)
     # the service worker at the site's root, so that its scope is the whole site, told the
-    # pages' classic scripts and their sha256 (it stores them at install: static/sw.js)
+    # pages' classic scripts and their sha256 (it stores them at install: static/sw.js), and
+    # the module the page's worker loads (Pyodide's runtime script, compiled once saved)
     (static / "sw.js").unlink()
-    (out / "sw.js").write_text(service_worker(out, shared["bokeh_scripts"]))
+    (out / "sw.js").write_text(service_worker(out, shared["bokeh_scripts"], [f"{PYO}/pyodide.asm.js"]))
     for p in sorted(static.rglob("*")):
         if p.is_file():
             log(str((common.SITE_SRC / "static" / p.relative_to(static)).relative_to(ROOT)),
@@ -258,20 +259,25 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
 
 
 INSTALL_SCRIPTS = "const INSTALL_SCRIPTS = {};"
+RUNTIME_MODULES = "const RUNTIME_MODULES = [];"
 
 
-def service_worker(out: Path, scripts: list[str]) -> str:
-    """site/static/sw.js with INSTALL_SCRIPTS set to `scripts` (paths under `out`) and their sha256."""
+def service_worker(out: Path, scripts: list[str], modules: list[str] = ()) -> str:
+    """site/static/sw.js with INSTALL_SCRIPTS set to `scripts` (paths under `out`) and their
+    sha256, and RUNTIME_MODULES to `modules`."""
     source = (common.SITE_SRC / "static" / "sw.js").read_text()
-    if source.count(INSTALL_SCRIPTS) != 1:
-        raise BuildError(f"site/static/sw.js: expected the line {INSTALL_SCRIPTS!r} once")
+    for line in (INSTALL_SCRIPTS, RUNTIME_MODULES):
+        if source.count(line) != 1:
+            raise BuildError(f"site/static/sw.js: expected the line {line!r} once")
     digests = {}
-    for path in scripts:
+    for path in [*scripts, *modules]:
         f = out / path
         if not f.is_file():
             raise BuildError(f"{path}: a page script the service worker is to store is not in the build")
-        digests[path] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return source.replace(INSTALL_SCRIPTS, f"const INSTALL_SCRIPTS = {json.dumps(digests, indent=1)};")
+        if path in scripts:
+            digests[path] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return (source.replace(INSTALL_SCRIPTS, f"const INSTALL_SCRIPTS = {json.dumps(digests, indent=1)};")
+            .replace(RUNTIME_MODULES, f"const RUNTIME_MODULES = {json.dumps(list(modules))};"))
 
 
 def select_chapters(chapters: list[Chapter], only: list[int] | None) -> list[Chapter]:

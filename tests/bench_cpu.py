@@ -40,7 +40,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from builder.pages import read_chapters  # noqa: E402
 from builder.serve import serving  # noqa: E402
-from tests.bench_pages import wait_snapshot_stored  # noqa: E402
+from tests.bench_pages import wait_offline_saved, wait_snapshot_stored  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -119,10 +118,7 @@ def first_visit(ctx, url: str, figure_ids: list[str]) -> None:
     page.goto(url)
     wait_states(page, figure_ids, timeout_s=240)
     wait_snapshot_stored(page)
-    deadline = time.monotonic() + 120
-    while page.evaluate("document.documentElement.dataset.offline") not in ("ready", "failed") \
-            and time.monotonic() < deadline:
-        page.wait_for_timeout(200)
+    wait_offline_saved(page)
     page.close()
 
 

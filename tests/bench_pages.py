@@ -14,8 +14,8 @@ so that a shared machine's drift hits them alike:
 For each page and way, over several runs (median and min-max): "cold" on a fresh browser
 profile (first visit), "warm" on that profile after the first visit (a new browser on the
 same profile: HTTP cache, and Cache Storage, where the worker keeps the decompressed
-snapshot once a page went live; the bench waits for it to be written, as a reader reading
-the page would):
+snapshot once a page went live, and the service worker the offline copy; the bench waits
+for both to be written, as a reader reading the page would):
 - live: every figure of the page live (Python started, figures built and swapped in);
 - poster / preview painted: the build-time poster, the pre-rendered Bokeh document (cold);
 - redraw: a control moved 20 times; time until the first of the figure's data or readouts
@@ -113,7 +113,7 @@ def summary(xs: list[float], unit: str = "", scale: float = 1.0, digits: int = 2
 
 
 def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: dict, moves: int,
-              query: str = "") -> dict:
+              query: str = "", settle: bool = False) -> dict:
     counters.clear()
     page = ctx.new_page()
     log = attach(page, base)
@@ -138,6 +138,8 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
     if moves:
         res["moves"] = move_controls(page, figure_ids, moves)
     res["stored_s"] = wait_snapshot_stored(page) if res["boot"] and res["boot"].get("path") == "snapshot" else None
+    if settle:
+        wait_offline_saved(page)
     page.close()
     return res
 
@@ -157,6 +159,17 @@ def wait_snapshot_stored(page, timeout_s: float = 30) -> float | None:
             return time.perf_counter() - t0
         page.wait_for_timeout(100)
     return None
+
+
+def wait_offline_saved(page, timeout_s: float = 120) -> None:
+    """Wait until the page has saved the offline copy (or failed to) and, a copy just saved,
+    has run the worker's big module from it once (static/offline.js: data-compiled)."""
+    deadline = time.monotonic() + timeout_s
+    while page.evaluate("document.documentElement.dataset.offline") not in ("ready", "failed") \
+            and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    while page.evaluate("document.documentElement.dataset.compiled") == "running" and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
 
 
 def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
@@ -267,7 +280,7 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves:
                                 row[way]["cold"].append(bare_once(ctx, bare_base, counters))
                             else:
                                 row[way]["cold"].append(load_once(ctx, base, page_file, figure_ids, counters, moves,
-                                                                  WAYS[way]))
+                                                                  WAYS[way], settle=True))
                         with chromium_context(p, profile) as ctx:
                             if way == "bare":
                                 row[way]["warm"].append(bare_once(ctx, bare_base, counters))

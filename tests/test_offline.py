@@ -126,9 +126,16 @@ def install_scripts(site: Path) -> dict[str, str]:
     return json.loads(m.group(1))
 
 
+def page_runtime_module(site: Path) -> str:
+    """The module sw.js has pages run once from a copy just saved (RUNTIME_MODULES)."""
+    (path,) = json.loads(re.search(r"^const RUNTIME_MODULES = (\[.*?\]);$", (site / "sw.js").read_text(), re.M).group(1))
+    return path
+
+
 def traced_compiles(ctx, url: str, figure_ids: list[str]) -> dict[str, dict]:
     """Open `url` with a devtools trace running until its figures are live: {script url:
-    the data of V8's compile event} (cacheKind, consumedCacheSize, cacheRejected)."""
+    the data of V8's compile event, module scripts' too} (cacheKind, consumedCacheSize,
+    cacheRejected)."""
     page = ctx.new_page()
     cdp = ctx.new_cdp_session(page)
     events, done = [], []
@@ -144,14 +151,15 @@ def traced_compiles(ctx, url: str, figure_ids: list[str]) -> dict[str, dict]:
             break
         page.wait_for_timeout(100)
     page.close()
-    return {d["url"]: d for e in events if e.get("name") == "v8.compile"
+    return {d["url"]: d for e in events if e.get("name") in ("v8.compile", "v8.compileModule")
             for d in [(e.get("args") or {}).get("data") or {}] if d.get("url")}
 
 
 def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session, site_dir, tmp_path):
     """The service worker stores BokehJS and Panel's bundle into the offline copy during its
     install, where Chrome compiles them whole: the next visit (a new browser on the same
-    profile) runs them from that code instead of compiling as they run."""
+    profile) runs them from that code instead of compiling as they run. The page that saved
+    the copy runs pyodide.asm.js once from it, so the next page's worker finds its code too."""
     scripts = install_scripts(site_dir)
     assert scripts, "sw.js lists no scripts to store at install"
     for path, digest in scripts.items():
@@ -172,10 +180,19 @@ def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session,
         with chromium_context(playwright_session, profile) as ctx:
             page, log = visit(ctx, base + FIRST["file"], FIRST["figures"])
             assert page.evaluate("window.__guide.scripts") == list(scripts)    # all the page loads, in order
+            # the copy saved, the page runs the worker's big module once from it (sw.js RUNTIME_MODULES)
+            page.wait_for_function("document.documentElement.dataset.compiled === 'done'", timeout=60000, polling=100)
             assert log.errors() == []
             page.close()
         with chromium_context(playwright_session, profile) as ctx:
-            from_install_code(traced_compiles(ctx, base + FIRST["file"], FIRST["figures"]), base)
+            compiled = traced_compiles(ctx, base + FIRST["file"], FIRST["figures"])
+            from_install_code(compiled, base)
+            # ...so the next page's Python worker imports it from that code, not compiling it again
+            runtime_module = base + page_runtime_module(root)
+            event = compiled.get(runtime_module)
+            assert event, (runtime_module, sorted(compiled))
+            assert event.get("cacheRejected") is False, event
+            assert event.get("consumedCacheSize", 0) > (root / page_runtime_module(root)).stat().st_size // 2, event
     # a new build with the same scripts (sw.js unchanged, no new install): its copy takes them
     # from the previous copy, compiled code included
     swap_build(root, "index.html", "build-b")

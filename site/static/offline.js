@@ -43,10 +43,35 @@
       say("ready", "Available offline: you are reading the saved copy.");
     } else if (m.state === "ready") {
       say("ready", "Available offline: every chapter and its live figures open without a network.");
+      if (m.compile && m.compile.length) compileSaved(m.compile);
     } else if (m.state === "failed") {
       say("failed", "Not saved for offline reading (" + m.message + ").");
     }
   });
+
+  // The runtime's big module scripts, run once from the copy just saved (sw.js
+  // RUNTIME_MODULES), in a worker of their own; data-compiled on <html> says how it goes
+  // ("running", "done", "failed").
+  function compileSaved(paths) {
+    var el = document.documentElement;
+    var w;
+    el.dataset.compiled = "running";
+    try {
+      w = new Worker(root + "static/compile.js", { type: "module" });
+    } catch (e) {
+      el.dataset.compiled = "failed";
+      return;
+    }
+    var timer = setTimeout(function () { finish("failed"); }, 30000);
+    function finish(state) {
+      clearTimeout(timer);
+      el.dataset.compiled = state;
+      w.terminate();
+    }
+    w.onmessage = function (e) { finish(e.data && e.data.ok ? "done" : "failed"); };
+    w.onerror = function () { finish("failed"); };
+    w.postMessage({ urls: paths.map(function (p) { return root + p; }) });
+  }
 
   function register() {
     // A newer worker that installs meanwhile replaces the one asked below, which may then

@@ -26,7 +26,8 @@
 // this worker's life and everything goes to the network. Nothing is fetched from any
 // other host. Messages to pages: {type: "offline", state: "saving" | "ready" | "failed",
 // done, total, bytes, totalBytes, updated, reload, offline (the network is unreachable),
-// stale (a newer build could not be saved; the older copy stays), message}.
+// stale (a newer build could not be saved; the older copy stays), compile (paths of the
+// modules to run once from a copy just saved: RUNTIME_MODULES), message}.
 
 // The pages' classic scripts (BokehJS and Panel's bundle), path -> sha256, written in by the
 // build (builder/pages.py). This worker stores them during its install event, in a cache of
@@ -39,6 +40,14 @@
 // and stores them anew, and its activation deletes the older list's cache.
 const INSTALL_SCRIPTS = {};
 const INSTALL_MS = 20000;       // the longest storing them may hold up the install
+
+// The module scripts the page's Python worker imports that are big enough to matter (Pyodide's
+// pyodide.asm.js, 1.2 MB), written in by the build. Chrome keeps a module's compiled code
+// beside its Cache Storage entry once the module has run from there, so a page's worker
+// would compile pyodide.asm.js afresh on the first page served from a new offline copy (the
+// second page a reader opens). The message that a copy is saved names them ("compile"), and
+// the page runs them once from the copy (static/offline.js, static/compile.js).
+const RUNTIME_MODULES = [];
 const SCRIPTS_PREFIX = "guide-scripts-";
 
 const PREFIX = "guide-offline-";
@@ -261,7 +270,8 @@ async function copyBuild(m) {
   for (const other of await storage("caches.keys", () => caches.keys())) {
     if (other.startsWith(PREFIX) && other !== name) await storage("caches.delete", () => caches.delete(other)).catch(() => {});
   }
-  await broadcast({ state: "ready", done, total: todo.length, bytes, totalBytes, updated: !!previous });
+  await broadcast({ state: "ready", done, total: todo.length, bytes, totalBytes, updated: !!previous,
+                   compile: RUNTIME_MODULES.filter((p) => p in m.files) });
   fromCopy.clear();
 }
 

@@ -269,13 +269,10 @@ def service_worker(out: Path, scripts: list[str], modules: list[str] = ()) -> st
     for line in (INSTALL_SCRIPTS, RUNTIME_MODULES):
         if source.count(line) != 1:
             raise BuildError(f"site/static/sw.js: expected the line {line!r} once")
-    digests = {}
     for path in [*scripts, *modules]:
-        f = out / path
-        if not f.is_file():
+        if not (out / path).is_file():
             raise BuildError(f"{path}: a page script the service worker is to store is not in the build")
-        if path in scripts:
-            digests[path] = hashlib.sha256(f.read_bytes()).hexdigest()
+    digests = {path: hashlib.sha256((out / path).read_bytes()).hexdigest() for path in scripts}
     return (source.replace(INSTALL_SCRIPTS, f"const INSTALL_SCRIPTS = {json.dumps(digests, indent=1)};")
             .replace(RUNTIME_MODULES, f"const RUNTIME_MODULES = {json.dumps(list(modules))};"))
 

@@ -119,16 +119,19 @@ def inline_panel_stylesheets(doc, figure_id: str) -> None:
     from bokeh.models import ImportedStyleSheet, InlineStyleSheet, UIElement
     from panel.io.state import state
 
+    def key(url: str) -> str:       # Panel's key for a stylesheet: its URL without the query
+        return url.split("?", 1)[0]
+
     elements = {m for root in doc.roots for m in root.select({"type": UIElement})}
-    linked = {s.url for m in elements for s in m.stylesheets if isinstance(s, ImportedStyleSheet)}
-    # path without the query (Panel's key for them) -> its InlineStyleSheet
-    inline = dict.fromkeys(sorted({url.split("?", 1)[0] for url in linked if panel_css_file(url) is not None}))
-    for n, path in enumerate(inline):
+    files = {key(s.url): panel_css_file(s.url) for m in elements for s in m.stylesheets
+             if isinstance(s, ImportedStyleSheet)}
+    inline = {}                     # key -> its InlineStyleSheet
+    for n, path in enumerate(sorted(p for p, file in files.items() if file is not None)):
         # made with its id as Bokeh's deserializer makes a model it reads from JSON
         inline[path] = sheet = InlineStyleSheet.__new__(InlineStyleSheet, id=f"css-{figure_id}-{n}")
-        HasProps.__init__(sheet, css=css_with_data_urls(panel_css_file(path)))
+        HasProps.__init__(sheet, css=css_with_data_urls(files[path]))
     for model in elements:
-        sheets = [inline.get(s.url.split("?", 1)[0], s) if isinstance(s, ImportedStyleSheet) else s
+        sheets = [inline.get(key(s.url), s) if isinstance(s, ImportedStyleSheet) else s
                   for s in model.stylesheets]
         if sheets != list(model.stylesheets):
             model.stylesheets = sheets

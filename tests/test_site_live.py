@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import sys
 from urllib.parse import urlencode
 
 import pytest
@@ -159,6 +160,56 @@ def test_a_prebuilt_figure_is_taken_once_as_it_was_built():
         runtime._PREBUILT.clear()
         settings.simple_ids.unset_value()
         pn.config.browser_info = browser_info
+
+
+def _write_zip(path, members: dict) -> None:
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+
+
+def test_zip_importers_read_the_zip_put_in_place_after_a_restore(tmp_path, monkeypatch):
+    """A page restored from the memory snapshot installs a smaller standard-library zip than
+    the one the snapshot's importers read (builder/snapshot.py stdlib_zip): its members lie
+    at other offsets. widgets.runtime.after_restore points every importer of a zip, a
+    package's own included, at the zip now on disk, reading it once; left as they were,
+    they read the old offsets and fail."""
+    import zipimport
+
+    from widgets import runtime
+
+    archive = tmp_path / "lib.zip"
+    pad = "# " + "x" * 4000 + "\n"
+    _write_zip(archive, {"zpkg/__init__.py": "", "zpkg/gone.py": pad, "zpkg/later.py": "VALUE = 1\n",
+                         "zpkg/data.txt": "old"})
+    monkeypatch.syspath_prepend(str(archive))
+    cached = set(sys.path_importer_cache)
+    try:
+        importlib.import_module("zpkg.gone")   # in memory, as the snapshot's modules are
+        ours = {k: f for k, f in sys.path_importer_cache.items() if isinstance(f, zipimport.zipimporter)
+                and f.archive == str(archive)}
+        assert len(ours) == 2, ours           # the zip's own importer and the package's
+        # the zip replaced as the page replaces the standard library's: the module in memory
+        # left out, the others moved
+        _write_zip(archive, {"zpkg/__init__.py": "", "zpkg/later.py": "VALUE = 2\n", "zpkg/data.txt": "new"})
+        with pytest.raises((zipimport.ZipImportError, EOFError)):   # past the end, or no header there
+            importlib.import_module("zpkg.later")
+        reads = []
+        read = zipimport._read_directory
+        monkeypatch.setattr(zipimport, "_read_directory", lambda archive: reads.append(archive) or read(archive))
+        held = json.loads(runtime.after_restore())
+        assert held["zip_importers"] >= 2 and held["prebuilt"] == sorted(runtime._PREBUILT)
+        assert reads.count(str(archive)) == 1 and len(reads) == len(set(reads))   # each zip read once
+        assert importlib.import_module("zpkg.later").VALUE == 2
+        assert ours[str(archive / "zpkg")].get_data(str(archive / "zpkg" / "data.txt")) == b"new"
+        assert all(zipimport._zip_directory_cache[str(archive)] is f._files for f in ours.values())
+    finally:
+        for name in [m for m in sys.modules if m == "zpkg" or m.startswith("zpkg.")]:
+            del sys.modules[name]
+        for key in set(sys.path_importer_cache) - cached:
+            del sys.path_importer_cache[key]
+        zipimport._zip_directory_cache.pop(str(archive), None)
 
 
 def test_a_source_set_to_what_the_page_has_is_not_sent_again():

@@ -61,6 +61,9 @@ def test_snapshot_and_normal_boot_show_identical_figures(chromium, server, site_
         # the snapshot held every figure built, and Python's garbage collector frozen
         assert booted["held"]["prebuilt"] == sorted(widgets.FIGURES), booted["held"]
         assert booted["held"]["frozen"] > 0, booted["held"]
+        # the standard library's zip installed at restore was read by every importer of it:
+        # the package's own as well (widgets.runtime.refresh_zip_importers)
+        assert booted["held"]["zip_importers"] > 1, booted["held"]
         normal, normal_log, states = load(chromium, server, chapter["file"] + "?boot=normal", figures)
         assert states == {f: "live" for f in figures}
         assert normal.evaluate(BOOT_JS) == {"path": "normal", "reason": "asked for (boot=normal)"}

@@ -175,6 +175,64 @@ def prebuild(figure_ids) -> None:
     quant.forget_demo_weights()
 
 
+def open_session(panel_cdn_root: str) -> "PageSession":
+    """The page's session, made once Python is up (static/worker.js): Panel takes its
+    stylesheets from the site (`panel_cdn_root`, relative to the site's root) rather than
+    a CDN, and finds JS null where Panel 1.10 expects it (Pyodide >= 0.28 has
+    pyodide.ffi.jsnull; in 0.27 JS null is None already)."""
+    import os
+
+    import pyodide.ffi
+
+    if not hasattr(pyodide.ffi, "jsnull"):
+        pyodide.ffi.jsnull = type("JsNullSentinel", (), {})()
+    os.environ["PANEL_CDN_ROOT"] = panel_cdn_root
+    return PageSession()
+
+
+def after_restore() -> str:
+    """The first call into Python restored from the build's memory snapshot
+    (static/worker.js): point the zip importers at the zip on disk now
+    (`refresh_zip_importers`), and say what the snapshot held ready, JSON: the figures
+    built (`prebuild`), how many objects Python's garbage collector leaves alone (frozen),
+    and how many zip importers were pointed at the new zip."""
+    import gc
+
+    refreshed = refresh_zip_importers()
+    return json.dumps({"prebuilt": sorted(_PREBUILT), "frozen": gc.get_freeze_count(),
+                       "zip_importers": refreshed})
+
+
+def refresh_zip_importers() -> int:
+    """importlib.invalidate_caches(), reading each zip's directory once; the number of zip
+    importers, each now holding the directory of its zip as it is on disk.
+
+    A memory snapshot keeps the directory of the standard library's zip that was installed
+    when it was made; the page installs a smaller one (builder/snapshot.py stdlib_zip), whose
+    members lie at other offsets, so the importers must read it again. But Python 3.12's
+    zipimporter.invalidate_caches() reads its zip's directory itself, and a package imported
+    from a zip has an importer of its own: the page's invalidate_caches() read the same zip 22
+    times, 0.23-0.34 s of a warm page load on 2 cores, where one read takes 20-45 ms. While
+    it runs here, zipimport's reader returns what it read for an archive the first time."""
+    import importlib
+    import zipimport
+
+    read = zipimport._read_directory          # (an AttributeError in a zipimport without it:
+    directories: dict = {}                    # the page then boots normally, static/worker.js)
+
+    def read_once(archive):
+        if archive not in directories:
+            directories[archive] = read(archive)
+        return directories[archive]
+
+    zipimport._read_directory = read_once
+    try:
+        importlib.invalidate_caches()
+    finally:
+        zipimport._read_directory = read
+    return sum(isinstance(f, zipimport.zipimporter) for f in sys.path_importer_cache.values())
+
+
 class PageSession:
     """The figures of one page, each live in a Bokeh document of its own."""
 

@@ -81,11 +81,7 @@ async function boot(runtime, bootMode) {
   if (!snap) return { pyodide: await normalBoot(runtime), path: "normal", reason: "the build made no snapshot" };
   if (bootMode === "normal") return { pyodide: await normalBoot(runtime), path: "normal", reason: "asked for (boot=normal)" };
   try {
-    const pyodide = await restoreSnapshot(runtime, snap);
-    // what the snapshot holds ready: the figures built (widgets.runtime.prebuild) and how
-    // many objects Python's garbage collector leaves alone (frozen)
-    const held = JSON.parse(pyodide.runPython(
-      "import gc, json, widgets.runtime as r; json.dumps({'prebuilt': sorted(r._PREBUILT), 'frozen': gc.get_freeze_count()})"));
+    const { pyodide, held } = await restoreSnapshot(runtime, snap);
     return { pyodide, path: "snapshot", reason: snapshotSource, steps: restoreSteps, held,
              ...(snapshotSource === "network" ? { transfer: snapshotTransfer } : {}) };
   } catch (e) {
@@ -295,11 +291,24 @@ async function restoreSnapshot(runtime, snap) {
     globalThis._createPyodideModule = create;
   }
   // The standard library came with the installed files, less what is in memory: Python's
-  // zip importer still holds the directory of Pyodide's full zip and must read this one's.
-  restored.runPython("import importlib; importlib.invalidate_caches()");
+  // zip importers still hold the directory of Pyodide's full zip and must read this one's.
+  // Then what the snapshot holds ready: the figures built (widgets.runtime.prebuild) and
+  // how many objects Python's garbage collector leaves alone (frozen). Python functions are
+  // called, not source run: runPython parses and compiles its source first.
+  const held = JSON.parse(callPython(restored, "widgets.runtime", "after_restore"));
   Object.assign(restored.loadedPackages, (await metaP).loaded);
   step("restored");
-  return restored;
+  return { pyodide: restored, held };
+}
+
+// module.name(...args), its proxies released.
+function callPython(py, module, name, ...args) {
+  const mod = py.pyimport(module);
+  try {
+    return mod[name](...args);
+  } finally {
+    mod.destroy();
+  }
 }
 
 // After the figures went live: keep the decompressed snapshot for the next page.
@@ -320,16 +329,7 @@ async function start(figures, runtime, bootMode) {
                  ...(booted.held ? { held: booted.held } : {}),
                  ...(booted.transfer ? { transfer: booted.transfer } : {}) } });
   progress("figures", 0, figures.length);
-  pyodide.globals.set("PANEL_CDN_ROOT", runtime.panel_cdn_root);
-  session = await pyodide.runPythonAsync(`
-import os
-import pyodide.ffi
-if not hasattr(pyodide.ffi, "jsnull"):   # Panel 1.10 expects Pyodide >= 0.28; in 0.27 JS null is None already
-    pyodide.ffi.jsnull = type("JsNullSentinel", (), {})()
-os.environ["PANEL_CDN_ROOT"] = PANEL_CDN_ROOT   # Panel's stylesheets from the site, not a CDN
-from widgets.runtime import PageSession
-PageSession()
-`);
+  session = callPython(pyodide, "widgets.runtime", "open_session", runtime.panel_cdn_root);
   await buildFigures(figures);
 }
 

@@ -53,11 +53,13 @@ from builder.common import GUIDE_PACKAGE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, Bui
 SNAPSHOT_DIR = f"{VENDOR}/snapshot"
 SCRIPT = ROOT / "builder" / "snapshot.mjs"
 CONTRACT = common.SITE_SRC / "static" / "snapshot.js"     # shared by snapshot.mjs and the worker
-STEPS_VERSION = "3"        # bump when what snapshot.mjs or this module writes changes
+STEPS_VERSION = "4"        # bump when what snapshot.mjs or this module writes changes
 GZIP_LEVEL = 6             # -9 is 6x slower for 1% less
 BROTLI = {"quality": 6, "lgwin": 24}   # 21% smaller than gzip in ~10 s; quality 9 is 4% smaller in 60 s
 NODE_TIMEOUT_S = 600
 FILES_MAGIC = b"GUIDEFS1"  # static/snapshot.js's file pack
+SNAPSHOT_MAGIC = bytes([0x00, 0x73, 0x6E, 0x70])   # Pyodide's snapshot header (static/snapshot.js)
+WASM_PAGE = 65536
 
 
 def node() -> str:
@@ -134,14 +136,30 @@ def stdlib_zip(original: bytes, in_memory: list[str]) -> bytes:
     return out.getvalue()
 
 
+def trim_memory(snapshot: bytes) -> bytes:
+    """Pyodide's snapshot less the zero pages at the top of its memory (13 MB of 90: the
+    heap's free end), which the page then neither stores nor copies; the worker makes the
+    wasm memory the snapshot's full size (its metadata's "size"), and fresh memory is zero.
+    Pyodide's header (magic, then where the memory begins) is kept as it is."""
+    if snapshot[:4] != SNAPSHOT_MAGIC:
+        raise BuildError("builder/snapshot.mjs wrote no Pyodide snapshot (its first bytes are not the magic)")
+    start = int.from_bytes(snapshot[4:8], "little")
+    used = max(len(snapshot.rstrip(b"\0")) - start, 0)
+    return snapshot[:start + -(-used // WASM_PAGE) * WASM_PAGE]
+
+
 def finish(raw: Path, pyo: Path) -> tuple[bytes, bytes, bytes]:
     """What builder/snapshot.mjs wrote to `raw`, as shipped: (memory, installed files,
-    metadata). The installed files gain the standard library's zip less the modules in
-    memory (the worker writes it over the one Pyodide installs at boot, and is given an
-    empty one to install, so the full zip is not downloaded)."""
+    metadata). The memory loses the zero pages at its top (`trim_memory`). The installed
+    files gain the standard library's zip less the modules in memory (the worker writes it
+    over the one Pyodide installs at boot, and is given an empty one to install, so the full
+    zip is not downloaded)."""
     memory = (raw / "snapshot.bin").read_bytes()
     meta = (raw / "meta.json").read_bytes()
     m = json.loads(meta)
+    if m["size"] != len(memory):
+        raise BuildError(f"builder/snapshot.mjs's metadata gives the snapshot {m['size']} bytes, its file has {len(memory)}")
+    memory = trim_memory(memory)
     files = unpack_files((raw / "files.bin").read_bytes())
     zipped = stdlib_zip((pyo / "python_stdlib.zip").read_bytes(), m["stdlib_in_memory"])
     return memory, pack_files(files + [(m["stdlib_zip"], zipped)]), meta

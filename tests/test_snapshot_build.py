@@ -40,7 +40,13 @@ def test_snapshot_is_shipped_named_by_its_content(site_dir):
     assert snap["pyodide"] == m["pyodide"] == PYODIDE_VERSION
     assert snap["wasm_sha256"] == PYODIDE_CORE_SHA256["pyodide.asm.wasm"]
     # Pyodide's snapshot header: magic, then the same build id
-    assert memory[:4] == (1886286592).to_bytes(4, "little")
+    assert memory[:4] == (1886286592).to_bytes(4, "little") == snapshot.SNAPSHOT_MAGIC
+    # the memory less its zero pages at the top, which the worker makes by giving the memory
+    # the full size; every shared library's region lies below them
+    start = int.from_bytes(memory[4:8], "little")
+    assert len(memory) < m["size"] and (len(memory) - start) % snapshot.WASM_PAGE == 0
+    assert any(memory[-snapshot.WASM_PAGE:])
+    assert all(d["memoryBase"] + d["memorySize"] <= len(memory) - start for d in m["dsos"])
     assert b"".join(int(m["build_id"][i:i + 8], 16).to_bytes(4, "little") for i in range(0, 64, 8)) == memory[16:48]
     # every page that starts the worker names this snapshot
     assert pages.worker_config(snap)["snapshot"] == snap
@@ -52,6 +58,21 @@ def test_snapshot_is_shipped_named_by_its_content(site_dir):
     assert m["files_in_memory"] > 100
     assert not any(p.endswith("/numpy/__init__.pyc") or p.endswith("/panel/__init__.pyc") for p in shipped)
     assert any(p.endswith("/panel/template/__init__.pyc") for p in shipped)   # imported on first use
+
+
+def test_the_zero_pages_at_the_top_of_the_memory_are_left_out():
+    page = snapshot.WASM_PAGE
+    head = snapshot.SNAPSHOT_MAGIC + (16).to_bytes(4, "little") + bytes(8)   # the memory begins at byte 16
+    memory = bytearray(5 * page)
+    memory[page + 3] = 1          # a zero page below data stays
+    memory[3 * page - 1] = 2      # the last byte of the third page
+    full = head + bytes(memory)
+    trimmed = snapshot.trim_memory(full)
+    assert trimmed == full[:16 + 3 * page]
+    assert trimmed + bytes(len(full) - len(trimmed)) == full          # what fresh memory of the full size holds
+    assert snapshot.trim_memory(head + bytes(2 * page)) == head
+    with pytest.raises(BuildError, match="no Pyodide snapshot"):
+        snapshot.trim_memory(b"junk" + bytes(page))
 
 
 def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path):

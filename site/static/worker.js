@@ -270,6 +270,12 @@ async function restoreSnapshot(runtime, snap) {
   const create = globalThis._createPyodideModule;
   if (typeof create !== "function") throw new Error("pyodide.asm.js defined no _createPyodideModule");
   globalThis._createPyodideModule = async (settings) => {
+    // The snapshot's file leaves out the zero pages at the top of its memory
+    // (builder/snapshot.py trim_memory): the memory is made the full size it had, not the
+    // file's length, which is what Pyodide would make it.
+    const { size } = await metaP;
+    if (!(size >= memory.length)) throw new Error(`the snapshot's metadata gives it ${size} bytes, its file has ${memory.length}`);
+    settings.INITIAL_MEMORY = size;
     const M = await create(settings);
     step("runtime");
     const meta = await metaP;

@@ -8,7 +8,7 @@ wheels, the merged lock). The build ships three files, named by the sha256 of wh
 hold (a changed wheel, sim/ or widgets/ makes another name):
 
   snapshot-<id>.bin.gz   the wasm memory (gzip; a static host serves it as it is and the
-                         worker decompresses it)
+                         worker decompresses it), less the zero pages at its top
   files-<id>.bin.gz      the installed files the restored Python still reads: data files,
                          shared libraries and the modules not imported yet; the modules
                          already in memory are not shipped again. It also holds the

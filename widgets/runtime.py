@@ -217,8 +217,9 @@ def refresh_zip_importers() -> int:
     import importlib
     import zipimport
 
-    read = zipimport._read_directory          # (an AttributeError in a zipimport without it:
-    directories: dict = {}                    # the page then boots normally, static/worker.js)
+    # (a zipimport without _read_directory raises here, and the page boots normally instead)
+    read = zipimport._read_directory
+    directories: dict = {}
 
     def read_once(archive):
         if archive not in directories:

@@ -273,13 +273,12 @@ async function restoreSnapshot(runtime, snap) {
     // The snapshot's file leaves out the zero pages at the top of its memory
     // (builder/snapshot.py trim_memory): the memory is made the full size it had, not the
     // file's length, which is what Pyodide would make it.
-    const { size } = await metaP;
-    if (!(size >= memory.length)) throw new Error(`the snapshot's metadata gives it ${size} bytes, its file has ${memory.length}`);
-    settings.INITIAL_MEMORY = size;
-    const M = await create(settings);
-    step("runtime");
     const meta = await metaP;
     if (meta.build_id !== snap.build_id) throw new Error("the snapshot's metadata is of another runtime build");
+    if (!(meta.size >= memory.length)) throw new Error(`the snapshot's metadata gives it ${meta.size} bytes, its file has ${memory.length}`);
+    settings.INITIAL_MEMORY = meta.size;
+    const M = await create(settings);
+    step("runtime");
     writeFiles(M, unpackFiles(await filesDone));
     step("files");
     await replayDsos(M, meta);

@@ -474,6 +474,12 @@ def test_the_rehearsal_after_going_live_leaves_the_figures_as_the_reader_set_the
         assert rehearsal["sent"] == 0, rehearsal          # no patch from the worker while it ran
         assert timing["rehearsed"] > max(timing[f"live:{KNEE}"], timing[f"live:{SCHED}"]), timing
         asked = {KNEE: [("gpu", "H200")], SCHED: [("slots", 16)]}
+        # the page applies a link's values once its figure is live, each after Python has
+        # handled the one before, and says so when Python is idle after the last
+        # (static/state.js applyLink); the rehearsal may end before that
+        for fid in asked:
+            page.wait_for_function("(id) => document.querySelector(`[data-figure='${id}'] .fig-status-text`)"
+                                   ".textContent.includes(\"link's settings\")", arg=fid, timeout=60000)
         for fid, changes in asked.items():
             assert not close(page.evaluate(COLLECT_JS, [fid, "live"]), cpython_state(fid, changes)), fid
         page.evaluate(SET_JS, [KNEE, "context", control_patch(KNEE, "context", 8192)])

@@ -17,12 +17,16 @@ offline copy was saved, as a reader's first visit leaves it): medians (min-max) 
 With --moves N, each warm load then moves a control N times (as `tests/bench_pages.py`
 does: the first slider of the page's figures, else the first menu) and the table adds the
 redraw, ms until the figure's data first changed, p50 / p95 over every warm load's moves.
+The timed loads run in a browser with no inspector attached (tests/pipe_browser.py), as in a
+reader's; a variant written NAME=SITE_DIR,playwright loads through Playwright instead, which
+inspects the page's workers (the same site twice, once each way, measures what that costs).
 It prints numbers and exits 0 unless a load fails (a figure not live, a page error, or a
 warm load that restored the snapshot from the network rather than from Cache Storage).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
@@ -38,22 +42,25 @@ from builder.serve import serving  # noqa: E402
 from tests.bench_cpu import first_visit  # noqa: E402
 from tests.bench_pages import move_controls, pct  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
+from tests.pipe_browser import PipePage, pipe_browser, wait_states_pipe  # noqa: E402
 
 
 def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     page = ctx.new_page()
-    log = attach(page, url.rsplit("/", 1)[0] + "/")
+    pipe = isinstance(page, PipePage)
+    log = None if pipe else attach(page, url.rsplit("/", 1)[0] + "/")
     page.goto(url)
-    states = wait_states(page, figure_ids, timeout_s=240)
+    states = (wait_states_pipe if pipe else wait_states)(page, figure_ids, timeout_s=240)
     t = page.evaluate("window.__guide.timing")
     boot = page.evaluate("window.__guide.boot || null") or {}
     moved = move_controls(page, figure_ids, moves) if moves and all(s == "live" for s in states.values()) else []
+    errors = page.console_errors() if pipe else log.errors()
     page.close()
     lives = [t.get(f"live:{f}") for f in figure_ids]
-    ok = all(s == "live" for s in states.values()) and all(lives) and not log.errors()
+    ok = all(s == "live" for s in states.values()) and all(lives) and not errors
     ready = t.get("stage:figures:0")
     built = [v for k, v in t.items() if k.startswith("built:")] or [t.get("python_rendered")]
-    return {"ok": ok, "states": states, "errors": log.errors(), "ready": ready,
+    return {"ok": ok, "states": states, "errors": errors, "ready": ready,
             "boot": {k: boot.get(k) for k in ("path", "reason")},
             "built": max(b for b in built if b is not None) if any(b is not None for b in built) else None,
             "first": min(lives) if all(lives) else None, "live": max(lives) if all(lives) else None,
@@ -72,14 +79,36 @@ def med(xs: list) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", action="append", required=True, help="NAME=SITE_DIR (two or more)")
+    ap.add_argument("--variant", action="append", required=True,
+                    help="NAME=SITE_DIR, or NAME=SITE_DIR,playwright (two or more)")
     ap.add_argument("--pages", nargs="+", required=True, help="chapter page files")
     ap.add_argument("--runs", type=int, default=3, help="cold and warm loads per page and variant")
     ap.add_argument("--moves", type=int, default=0, help="control moves timed after each warm load")
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    variants = [(v.split("=", 1)[0], Path(v.split("=", 1)[1])) for v in a.variant]
+    variants, drivers = [], {}
+    for v in a.variant:
+        name, spec = v.split("=", 1)
+        site, _, drivers[name] = spec.partition(",")
+        if drivers[name] not in ("", "pipe", "playwright"):
+            ap.error(f"--variant {v}: the driver is pipe (the default) or playwright")
+        variants.append((name, Path(site)))
+
+    @contextlib.contextmanager
+    def browser(p, name, profile):
+        """A browser of the variant's driver on `profile` (None: a fresh one, removed after)."""
+        if drivers[name] == "playwright":
+            with chromium_context(p, profile) as ctx:
+                yield ctx
+            return
+        fresh = None if profile else Path(tempfile.mkdtemp(prefix="guide-live-cold-"))
+        try:
+            with pipe_browser(profile or fresh) as ctx:
+                yield ctx
+        finally:
+            if fresh:
+                shutil.rmtree(fresh, ignore_errors=True)
     figures = {c.file: c.figures for c in read_chapters()}
     res: dict = {}
     ok = True
@@ -101,7 +130,7 @@ def main() -> int:
                         if i % 2:
                             order.reverse()
                         for (name, _), base in order:
-                            with chromium_context(p, profiles[name] if kind == "warm" else None) as ctx:
+                            with browser(p, name, profiles[name] if kind == "warm" else None) as ctx:
                                 r = load(ctx, base + page_file, figures[page_file],
                                          moves=a.moves if kind == "warm" else 0)
                             res.setdefault((page_file, kind, name), []).append(r)

@@ -26,6 +26,10 @@ for both to be written, as a reader reading the page would):
 - bytes: what the server sent on the first visit (compressed as served), and for the next
   chapter's page on the profile that has visited this one (first run only).
 Each run also checks the way it asked for was taken (window.__guide.boot).
+The pages load in a browser with no inspector attached to them (tests/pipe_browser.py), as
+in a reader's: Playwright inspects a page's workers, which slows Python's start in them
+(by up to 0.4 s). `--driver playwright` loads them through Playwright instead;
+either way the times are the page's own marks (window.__guide.timing).
 It is a benchmark, not a test: it prints numbers and exits 0 unless a page fails.
 """
 from __future__ import annotations
@@ -50,6 +54,7 @@ from builder.runtime import PYODIDE_VERSION, WASM_CARRIER_FILE  # noqa: E402
 from builder.serve import serving  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 from tests.figures import collect, control_patch  # noqa: E402
+from tests.pipe_browser import PipePage, pipe_browser, wait_states_pipe  # noqa: E402
 
 MOVE_JS = """async ([id, key, props]) => {
   // Move one control; time until the first of the figure's sources or readouts changed
@@ -116,10 +121,11 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
               query: str = "", settle: bool = False) -> dict:
     counters.clear()
     page = ctx.new_page()
-    log = attach(page, base)
+    pipe = isinstance(page, PipePage)
+    log = None if pipe else attach(page, base)
     t0 = time.perf_counter()
     page.goto(base + page_file + query)
-    states = wait_states(page, figure_ids, timeout_s=240)
+    states = (wait_states_pipe if pipe else wait_states)(page, figure_ids, timeout_s=240)
     wall = time.perf_counter() - t0
     timing = page.evaluate("window.__guide.timing")
     res = {
@@ -132,14 +138,17 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
         "fcp_ms": page.evaluate("(performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime"),
         "bytes": sum(v[1] for v in counters.values()),
         "requests": sum(v[0] for v in counters.values()),
-        "errors": log.errors(),
-        "off_site": log.off_site(),
     }
     if moves:
         res["moves"] = move_controls(page, figure_ids, moves)
     res["stored_s"] = wait_snapshot_stored(page) if res["boot"] and res["boot"].get("path") == "snapshot" else None
     if settle:
         wait_offline_saved(page)
+    if pipe:       # the page's main thread only (its workers are not inspected: see tests/pipe_browser.py)
+        res["errors"] = page.console_errors()
+        res["off_site"] = [u for u in page.resources() if not u.startswith((base, "data:", "blob:"))]
+    else:
+        res["errors"], res["off_site"] = log.errors(), log.off_site()
     page.close()
     return res
 
@@ -248,15 +257,25 @@ def bare_once(ctx, base: str, counters: dict) -> dict:
     counters.clear()
     page = ctx.new_page()
     page.goto(base + "bare.html")
-    page.wait_for_function("document.getElementById('status').textContent === 'ready'", timeout=240000, polling=50)
+    ready = "document.getElementById('status').textContent === 'ready'"
+    if isinstance(page, PipePage):
+        page.wait_for(ready, timeout_s=240)
+    else:
+        page.wait_for_function(ready, timeout=240000, polling=50)
     res = {"live_ms": page.evaluate("window.__timing.ready"), "bytes": sum(v[1] for v in counters.values())}
     page.close()
     return res
 
 
-def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves: int) -> list[dict]:
-    """Every page, every way, cold then warm, alternating the order of the ways each run."""
+def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves: int,
+               driver: str = "pipe") -> list[dict]:
+    """Every page, every way, cold then warm, alternating the order of the ways each run.
+    `driver` "pipe" loads the pages in a browser with no inspector attached to them
+    (tests/pipe_browser.py), "playwright" through Playwright."""
     from playwright.sync_api import sync_playwright
+
+    def browser(p, profile):
+        return pipe_browser(profile) if driver == "pipe" else chromium_context(p, profile)
 
     results = []
     counters: dict = {}
@@ -275,13 +294,13 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves:
                     ways = [*WAYS, "bare"]
                     for way in (ways if i % 2 == 0 else ways[::-1]):
                         profile = work / f"profile-{way}-{i}"
-                        with chromium_context(p, profile) as ctx:
+                        with browser(p, profile) as ctx:
                             if way == "bare":
                                 row[way]["cold"].append(bare_once(ctx, bare_base, counters))
                             else:
                                 row[way]["cold"].append(load_once(ctx, base, page_file, figure_ids, counters, moves,
                                                                   WAYS[way], settle=True))
-                        with chromium_context(p, profile) as ctx:
+                        with browser(p, profile) as ctx:
                             if way == "bare":
                                 row[way]["warm"].append(bare_once(ctx, bare_base, counters))
                             else:
@@ -396,11 +415,16 @@ def main() -> int:
     ap.add_argument("--moves", type=int, default=20, help="control moves per cold run")
     ap.add_argument("--proof", type=Path, help="the reference proof folder (runtime-proof) to time as well")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
+    ap.add_argument("--driver", choices=("pipe", "playwright"), default="pipe",
+                    help="pipe (default): pages load with no inspector attached, as in a reader's browser "
+                         "(tests/pipe_browser.py); playwright: through Playwright, which inspects the "
+                         "page's workers and slows their start")
     a = ap.parse_args()
     chapters = read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
-    print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}", flush=True)
-    results = bench_site(a.site, pages, a.runs, a.moves)
+    print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}; "
+          f"driver {a.driver}", flush=True)
+    results = bench_site(a.site, pages, a.runs, a.moves, a.driver)
     ok = report(results)
     raw = {"pages": results}
     if a.proof:

@@ -1,0 +1,74 @@
+"""The benchmarks' uninspected browser (tests/pipe_browser.py): it evaluates, waits, reports
+the page's errors and fetches, and loads a chapter of the guide the way tests/bench_pages.py
+times it."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from builder.serve import serving
+from tests.pipe_browser import ProtocolError, pipe_browser, wait_states_pipe
+
+PAGE = """<!doctype html><meta charset="utf-8"><title>pipe</title>
+<p id="out">start</p>
+<script>
+console.error("logged before anything was attached");
+setTimeout(() => { throw new Error("thrown later"); }, 0);
+const w = new Worker("w.js");
+w.onmessage = (e) => { document.getElementById("out").textContent = e.data; };
+fetch("data.txt").then((r) => r.text()).then((t) => { window.fetched = t; });
+</script>
+"""
+
+
+@pytest.fixture
+def small_site(tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "index.html").write_text(PAGE)
+    (root / "w.js").write_text("postMessage('worker ' + (6 * 7));\n")
+    (root / "data.txt").write_text("forty-two")
+    with serving(root) as base:
+        yield base
+
+
+def test_the_pipe_browser_evaluates_waits_and_reports_errors_and_fetches(small_site, tmp_path):
+    with pipe_browser(tmp_path / "profile") as b:
+        page = b.new_page()
+        page.goto(small_site + "index.html")
+        assert page.wait_for("document.getElementById('out').textContent === 'worker 42'", timeout_s=30)
+        assert page.wait_for("window.fetched", timeout_s=30) == "forty-two"
+        assert page.evaluate("1 + 2") == 3
+        assert page.evaluate("(x) => x.a * 2", {"a": 21}) == 42
+        assert page.evaluate("async ([a, b]) => a + b", [40, 2]) == 42
+        assert page.evaluate("[innerWidth, innerHeight]") == [1100, 900]
+        with pytest.raises(ProtocolError, match="nope"):
+            page.evaluate("(() => { throw new Error('nope'); })()")
+        with pytest.raises(TimeoutError):
+            page.wait_for("false", timeout_s=0.3)
+        errors = page.console_errors()
+        assert ("error", "logged before anything was attached") in errors
+        assert any(kind == "pageerror" and "thrown later" in text for kind, text in errors)
+        urls = page.resources()
+        assert urls[0] == small_site + "index.html"
+        assert small_site + "data.txt" in urls and small_site + "w.js" in urls
+        pid = b.pid
+    with pytest.raises(ChildProcessError):       # closed and reaped
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_chapter_loads_live_in_the_pipe_browser_as_the_benchmark_times_it(server, tmp_path):
+    from tests.bench_pages import load_once
+
+    figures = ["ch03-roofline", "ch03-hierarchy"]
+    counters: dict = {}
+    with pipe_browser(tmp_path / "profile") as b:
+        t0 = time.monotonic()
+        res = load_once(b, server, "ch03-gpu.html", figures, counters, moves=2)
+    assert set(res["states"].values()) == {"live"}, res["states"]
+    assert res["boot"]["path"] == "snapshot"
+    assert 0 < res["poster_ms"] < res["live_ms"] < (time.monotonic() - t0) * 1000
+    assert res["errors"] == [] and res["off_site"] == []
+    assert len(res["moves"]) == 2 and all(0 < m["data_ms"] <= m["done_ms"] for m in res["moves"])

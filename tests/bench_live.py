@@ -42,19 +42,19 @@ from builder.serve import serving  # noqa: E402
 from tests.bench_cpu import first_visit  # noqa: E402
 from tests.bench_pages import move_controls, pct  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
-from tests.pipe_browser import PipePage, pipe_browser, wait_states_pipe  # noqa: E402
+from tests.pipe_browser import PipePage, pipe_browser  # noqa: E402
 
 
 def load(ctx, url: str, figure_ids: list[str], moves: int = 0) -> dict:
     page = ctx.new_page()
-    pipe = isinstance(page, PipePage)
-    log = None if pipe else attach(page, url.rsplit("/", 1)[0] + "/")
+    base = url.rsplit("/", 1)[0] + "/"
+    log = None if isinstance(page, PipePage) else attach(page, base)   # a pipe page reports afterwards
     page.goto(url)
-    states = (wait_states_pipe if pipe else wait_states)(page, figure_ids, timeout_s=240)
+    states = wait_states(page, figure_ids, timeout_s=240)
     t = page.evaluate("window.__guide.timing")
     boot = page.evaluate("window.__guide.boot || null") or {}
     moved = move_controls(page, figure_ids, moves) if moves and all(s == "live" for s in states.values()) else []
-    errors = page.console_errors() if pipe else log.errors()
+    errors = (log or page.log(base)).errors()
     page.close()
     lives = [t.get(f"live:{f}") for f in figure_ids]
     ok = all(s == "live" for s in states.values()) and all(lives) and not errors

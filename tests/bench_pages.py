@@ -54,7 +54,7 @@ from builder.runtime import PYODIDE_VERSION, WASM_CARRIER_FILE  # noqa: E402
 from builder.serve import serving  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 from tests.figures import collect, control_patch  # noqa: E402
-from tests.pipe_browser import PipePage, pipe_browser, wait_states_pipe  # noqa: E402
+from tests.pipe_browser import PipePage, pipe_browser  # noqa: E402
 
 MOVE_JS = """async ([id, key, props]) => {
   // Move one control; time until the first of the figure's sources or readouts changed
@@ -121,11 +121,11 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
               query: str = "", settle: bool = False) -> dict:
     counters.clear()
     page = ctx.new_page()
-    pipe = isinstance(page, PipePage)
-    log = None if pipe else attach(page, base)
+    # the pipe page is not inspected while it loads: it reports afterwards (page.log below)
+    log = None if isinstance(page, PipePage) else attach(page, base)
     t0 = time.perf_counter()
     page.goto(base + page_file + query)
-    states = (wait_states_pipe if pipe else wait_states)(page, figure_ids, timeout_s=240)
+    states = wait_states(page, figure_ids, timeout_s=240)
     wall = time.perf_counter() - t0
     timing = page.evaluate("window.__guide.timing")
     res = {
@@ -144,11 +144,8 @@ def load_once(ctx, base: str, page_file: str, figure_ids: list[str], counters: d
     res["stored_s"] = wait_snapshot_stored(page) if res["boot"] and res["boot"].get("path") == "snapshot" else None
     if settle:
         wait_offline_saved(page)
-    if pipe:       # the page's main thread only (its workers are not inspected: see tests/pipe_browser.py)
-        res["errors"] = page.console_errors()
-        res["off_site"] = [u for u in page.resources() if not u.startswith((base, "data:", "blob:"))]
-    else:
-        res["errors"], res["off_site"] = log.errors(), log.off_site()
+    log = log or page.log(base)     # a pipe page: its main thread only (tests/pipe_browser.py)
+    res["errors"], res["off_site"] = log.errors(), log.off_site()
     page.close()
     return res
 
@@ -258,10 +255,7 @@ def bare_once(ctx, base: str, counters: dict) -> dict:
     page = ctx.new_page()
     page.goto(base + "bare.html")
     ready = "document.getElementById('status').textContent === 'ready'"
-    if isinstance(page, PipePage):
-        page.wait_for(ready, timeout_s=240)
-    else:
-        page.wait_for_function(ready, timeout=240000, polling=50)
+    page.wait_for_function(ready, timeout=240000, polling=50)
     res = {"live_ms": page.evaluate("window.__timing.ready"), "bytes": sum(v[1] for v in counters.values())}
     page.close()
     return res

@@ -29,7 +29,7 @@ import select
 import time
 from pathlib import Path
 
-from tests.browser import CHROME_ARGS, CHROMIUM, STATE_JS
+from tests.browser import CHROME_ARGS, CHROMIUM, PageLog
 
 # What Playwright adds that changes how a page runs (playwright-core chromiumSwitches and
 # its headless switches); its switches for updaters, sign-in and crash reports are moot here.
@@ -158,6 +158,11 @@ class PipePage:
                 raise TimeoutError(f"not true within {timeout_s} s: {js[:80]}")
             time.sleep(poll_ms / 1000)
 
+    def wait_for_function(self, js: str, arg=None, timeout: float = 30000, polling="raf"):
+        """Playwright's page.wait_for_function (timeout and polling in ms, "raf" as 16 ms),
+        returning the first truthy value itself; a promise is awaited, not taken for truthy."""
+        return self.wait_for(js, arg, timeout_s=timeout / 1000, poll_ms=16 if polling == "raf" else polling)
+
     def wait_for_timeout(self, ms: float) -> None:
         time.sleep(ms / 1000)
 
@@ -185,6 +190,11 @@ class PipePage:
         """Every URL the page's main thread fetched (its resource timing entries)."""
         return self.evaluate("[location.href, ...performance.getEntriesByType('resource').map(e => e.name)]")
 
+    def log(self, base: str) -> PageLog:
+        """A tests.browser.PageLog of what the page's main thread said and fetched so far
+        (console_errors and resources: call it after the timed part)."""
+        return PageLog(base, console=self.console_errors(), requests=self.resources())
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.browser.send("Target.closeTarget", {"targetId": self.target}, timeout_s=10)
@@ -198,10 +208,3 @@ def pipe_browser(profile: Path, timeout_s: float = 60):
     finally:
         b.close()
 
-
-def wait_states_pipe(page: PipePage, figure_ids: list[str], states=("live", "error"), timeout_s: float = 120) -> dict:
-    """tests.browser.wait_states for a PipePage."""
-    page.wait_for("""([ids, states]) => ids.every(id => states.includes(
-                       document.querySelector(`[data-figure="${id}"]`)?.dataset.state))""",
-                  [figure_ids, list(states)], timeout_s=timeout_s)
-    return {fid: page.evaluate(STATE_JS, fid) for fid in figure_ids}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from builder.serve import serving
-from tests.pipe_browser import ProtocolError, pipe_browser, wait_states_pipe
+from tests.pipe_browser import ProtocolError, pipe_browser
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>pipe</title>
 <p id="out">start</p>
@@ -48,12 +48,20 @@ def test_the_pipe_browser_evaluates_waits_and_reports_errors_and_fetches(small_s
             page.evaluate("(() => { throw new Error('nope'); })()")
         with pytest.raises(TimeoutError):
             page.wait_for("false", timeout_s=0.3)
-        errors = page.console_errors()
+        # Playwright's signature, as tests.browser.wait_states calls it
+        assert page.wait_for_function("(n) => window.fetched.length === n && 'yes'", arg=9,
+                                      timeout=30000, polling=50) == "yes"
+        with pytest.raises(TimeoutError):
+            page.wait_for_function("() => false", timeout=300)
+        log = page.log(small_site)
+        errors = log.errors()
         assert ("error", "logged before anything was attached") in errors
         assert any(kind == "pageerror" and "thrown later" in text for kind, text in errors)
-        urls = page.resources()
+        urls = log.requests
         assert urls[0] == small_site + "index.html"
         assert small_site + "data.txt" in urls and small_site + "w.js" in urls
+        assert log.off_site() == []
+        assert page.log("http://elsewhere.invalid/").off_site() == urls
         pid = b.pid
     with pytest.raises(ChildProcessError):       # closed and reaped
         os.waitpid(pid, os.WNOHANG)

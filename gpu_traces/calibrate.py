@@ -32,8 +32,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -93,7 +96,7 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: flo
         order = np.argsort(vals, kind="stable")
         pts = [pts[i] for i in order]
         vals = [vals[i] for i in order]
-        if (max(np.max(np.abs(p - pts[0])) for p in pts[1:]) < xtol
+        if (np.max(np.abs(np.asarray(pts[1:]) - pts[0])) < xtol
                 and abs(vals[-1] - vals[0]) < ftol):
             break
         centroid = np.mean(pts[:-1], axis=0)
@@ -124,9 +127,9 @@ def _log_loss(pred: np.ndarray, meas: np.ndarray) -> float:
     """Soft-L1 loss of the log errors: squared when small, linear when large, so a point
     disturbed by the machine (a preempted repeat) cannot drag the whole fit."""
     r = np.log(pred / meas) / ROBUST_SCALE
-    if not np.all(np.isfinite(r)):
-        return float("inf")
-    return float(np.mean(2.0 * (np.sqrt(1.0 + r * r) - 1.0)))
+    terms = 2.0 * (np.sqrt(1.0 + r * r) - 1.0)
+    loss = float(np.add.reduce(terms, axis=None) / terms.size)   # np.mean's sum and division, less its overhead
+    return loss if np.isfinite(loss) else float("inf")   # a term is inf or nan where r is
 
 
 def _smoothness(theta: float) -> float:
@@ -479,14 +482,33 @@ def _errors(pred, meas, mask) -> dict:
             "max_rel_err": sig(np.max(e), 4)}
 
 
-def leave_one_model_out(rows: list[dict], units: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(model, plain roofline) predictions of every row by a fit on every other model."""
+def in_processes(fn: Callable, calls: Sequence[tuple], jobs: int | None = None) -> list:
+    """[fn(*args) for args in calls], in order, on up to `jobs` processes (default: the
+    machine's cores). The calibration's fits are deterministic and run the same code either
+    way, so the results are those of one process. Where processes cannot be started, the
+    calls run here, one after the other; an exception `fn` raises is raised here either way."""
+    workers = min(len(calls), jobs or os.cpu_count() or 1)
+    if workers > 1:
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(fn, *args) for args in calls]
+                return [f.result() for f in futures]
+        except (OSError, NotImplementedError, ImportError, BrokenProcessPool):
+            pass                          # no processes here (a sandbox, a browser): call in turn
+    return [fn(*args) for args in calls]
+
+
+def leave_one_model_out(rows: list[dict], units: int, where: str,
+                        jobs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(model, plain roofline) predictions of every row by a fit on every other model (the
+    folds fitted on up to `jobs` processes: in_processes)."""
     pred = np.full(len(rows), np.nan)
     roof = np.full(len(rows), np.nan)
-    for model in sorted({r["model"] for r in rows}):
+    models = sorted({r["model"] for r in rows})
+    sections = in_processes(fit_section, [([r for r in rows if r["model"] != model], units,
+                                           f"{where} without {model}") for model in models], jobs)
+    for model, section in zip(models, sections):
         idx = [i for i, r in enumerate(rows) if r["model"] == model]
-        train = [r for r in rows if r["model"] != model]
-        section = fit_section(train, units, f"{where} without {model}")
         cal = calibration_from_section("fold", section)
         pred[idx], roof[idx] = predict_rows(cal, [rows[i] for i in idx])
     return pred, roof
@@ -608,7 +630,7 @@ def fit_allreduce(traces: Sequence[Mapping], topology: str) -> dict | None:
     }
 
 
-def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path) -> dict:
+def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path, jobs: int | None = None) -> dict:
     """The calibration file's contents for the imported profiles of one catalogue GPU."""
     first = traces[0][1]
     dev = first["device"]
@@ -627,7 +649,7 @@ def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path) -> dict:
     section["allreduce"] = allreduce
     cal = calibration_from_section(gpu.display_name, section)
     full, _ = predict_rows(cal, rows)
-    pred, roof = leave_one_model_out(rows, units, folder)
+    pred, roof = leave_one_model_out(rows, units, folder, jobs)
     report = lomo_report(rows, pred, roof)
     meas = np.array([r["time_s"] for r in rows])
     src = first["source"]
@@ -672,7 +694,7 @@ def fit_imported(traces: Sequence[tuple[Path, Mapping]], root: Path) -> dict:
     }
 
 
-def linear_residuals(traces_dir: Path = TRACES_DIR) -> str:
+def linear_residuals(traces_dir: Path = TRACES_DIR, jobs: int | None = None) -> str:
     """Every linear layer of the imported profiles with its leave-one-model-out prediction,
     worst first, then the errors by token count, layer and tensor-parallel degree: where the
     model misses, for whoever works on the formula (refits every fold; about a minute per GPU).
@@ -687,7 +709,7 @@ def linear_residuals(traces_dir: Path = TRACES_DIR) -> str:
     for key, traces in sorted(groups.items()):
         rows = [r for _, tr in sorted(traces, key=lambda pt: str(pt[0])) for r in _imported_rows(tr)]
         units = int(traces[0][1]["device"]["compute_units"])
-        pred, _ = leave_one_model_out(rows, units, key)
+        pred, _ = leave_one_model_out(rows, units, key, jobs)
         lin = [(r, p) for r, p in zip(rows, pred) if op_kind(r) == "linear"]
         err = np.array([(p - r["time_s"]) / r["time_s"] for r, p in lin])
         for i in np.argsort(-np.abs(err), kind="stable"):
@@ -739,8 +761,9 @@ def _choose(traces: list[tuple[Path, dict]]) -> tuple[Path, dict]:
 
 
 def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
-                       log=print) -> dict[str, str]:
-    """{file name: text} of every calibration the traces under `traces_dir` give."""
+                       log=print, jobs: int | None = None) -> dict[str, str]:
+    """{file name: text} of every calibration the traces under `traces_dir` give (the
+    leave-one-model-out folds of imported profiles fitted on up to `jobs` processes)."""
     by_slug: dict[str, list] = {}
     imported: dict[str, list] = {}
     for path in sorted(Path(traces_dir).rglob("*.json")):
@@ -764,7 +787,7 @@ def build_calibrations(traces_dir: Path = TRACES_DIR, root: Path = REPO_ROOT,
     out = {}
     for slug in sorted(set(by_slug) | set(imported)):
         if slug not in by_slug:
-            data = fit_imported(imported[slug], root)
+            data = fit_imported(imported[slug], root, jobs)
             out[f"{slug}.json"] = dumps(data)
             lomo = data["fit"]["leave_one_model_out"]
             log(f"{data['trace']['file']} (imported, {len(imported[slug])} files) => "
@@ -920,15 +943,20 @@ def main(argv=None) -> int:
     p.add_argument("--residuals", action="store_true",
                    help="print every imported linear layer's leave-one-model-out error, worst "
                         "first, and a summary by token count, layer and tensor-parallel degree")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes for the leave-one-model-out folds (default: the machine's "
+                        "cores; 1 fits them in this process); the output is the same either way")
     args = p.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        p.error("--jobs must be 1 or more")
     if args.residuals:
-        print(linear_residuals(args.traces), end="")
+        print(linear_residuals(args.traces, args.jobs), end="")
         return 0
     if args.report:
         print(quality_report(args.out), end="")
         return 0
     try:
-        files = build_calibrations(args.traces, log=lambda s: print(s, file=sys.stderr))
+        files = build_calibrations(args.traces, log=lambda s: print(s, file=sys.stderr), jobs=args.jobs)
     except (TraceError, CalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

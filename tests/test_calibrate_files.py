@@ -16,7 +16,7 @@ GOOD = {"h200.json": json.dumps({"generated_by": calibrate.GENERATOR, "n": 1}) +
 
 @pytest.fixture
 def stub_fit(monkeypatch):
-    monkeypatch.setattr(calibrate, "build_calibrations", lambda traces, log=print: dict(GOOD))
+    monkeypatch.setattr(calibrate, "build_calibrations", lambda traces, log=print, jobs=None: dict(GOOD))
 
 
 def _run(tmp_path, *args):
@@ -86,3 +86,29 @@ def test_a_gpu_outside_the_catalogue_is_calibrated_with_a_warning(tmp_path, monk
     warning = next(line for line in logged if line.startswith("warning"))
     assert "no catalogue GPU is named 'NVIDIA A10G'" in warning
     assert "no catalogue GPU takes its numbers from it" in warning
+
+
+def test_jobs_reach_the_fit_and_none_is_refused(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(calibrate, "build_calibrations",
+                        lambda traces, log=print, jobs=None: asked.append(jobs) or dict(GOOD))
+    assert _run(tmp_path, "--jobs", "3") == 0 and _run(tmp_path) == 0
+    assert asked == [3, None]                  # None: as many as the machine has cores
+    with pytest.raises(SystemExit) as e:
+        _run(tmp_path, "--jobs", "0")
+    assert e.value.code == 2 and asked == [3, None]
+
+
+def test_folds_run_in_other_processes_in_order_or_here_when_none_can_start(monkeypatch):
+    here = os.getpid()
+    pids = calibrate.in_processes(os.getpid, [()] * 3, jobs=2)
+    assert len(pids) == 3 and here not in pids
+    assert calibrate.in_processes(divmod, [(7, 2), (9, 4), (1, 5)], jobs=2) == [(3, 1), (2, 1), (0, 1)]
+    with pytest.raises(ZeroDivisionError):     # an error in a fit is not taken for "no processes"
+        calibrate.in_processes(divmod, [(1, 1), (1, 0)], jobs=2)
+    assert calibrate.in_processes(os.getpid, [()] * 2, jobs=1) == [here, here]
+
+    def no_processes(*a, **k):
+        raise OSError("no processes in this sandbox")
+    monkeypatch.setattr(calibrate, "ProcessPoolExecutor", no_processes)
+    assert calibrate.in_processes(os.getpid, [()] * 2, jobs=2) == [here, here]

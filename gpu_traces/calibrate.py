@@ -145,7 +145,8 @@ def _exp(theta: float) -> float:
 
 
 def _efficiency(theta: float) -> float:
-    return float(min(max(np.exp(theta), 1e-6), MAX_EFFICIENCY))
+    # e^50 > MAX_EFFICIENCY: the same value, without an overflow where Nelder-Mead wanders far
+    return float(min(max(np.exp(min(theta, 50.0)), 1e-6), MAX_EFFICIENCY))
 
 
 # ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder import common, output, pages, runtime, wheels
+from tests.test_build_reliability import build_cmd, finish
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,13 +103,8 @@ def test_two_builds_are_identical(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     # both at once, into folders of their own (two builds in a row share the same warm
     # caches; tests/test_build_reliability.py has two at once with a cold one)
-    logs = [(tmp_path / f"{out.name}.log").open("w") for out in (a, b)]
-    runs = [subprocess.Popen([sys.executable, str(ROOT / "build.py"), "--out", str(out)], cwd=ROOT,
-                             stdout=log, stderr=subprocess.STDOUT) for out, log in zip((a, b), logs)]
-    for r, log in zip(runs, logs):
-        r.wait(timeout=600)
-        log.close()
-        assert r.returncode == 0, Path(log.name).read_text()[-2000:]
+    for rc, log in [finish(p) for p in [build_cmd(a), build_cmd(b)]]:
+        assert rc == 0, log[-2000:]
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
     assert files_a == files_b

@@ -9,13 +9,13 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from builder import common, pages, snapshot
 from builder.common import BuildError
 from builder.runtime import PYODIDE_CORE_SHA256, PYODIDE_VERSION
+from tests.test_build_reliability import finish
 
 
 def config(site_dir) -> dict:
@@ -103,14 +103,11 @@ def test_snapshot_is_reproducible(site_dir, tmp_path):
     outs = [tmp_path / "a", tmp_path / "b"]
     envs = [os.environ, {**os.environ, "TZ": "America/New_York", "LC_ALL": "de_DE.UTF-8", "LANG": "de_DE.UTF-8"}]
     # both at once (separate processes, separate folders): as independent as two in a row
-    logs = [(tmp_path / f"{out.name}.log").open("w") for out in outs]
     runs = [subprocess.Popen([snapshot.node(), str(snapshot.SCRIPT), str(site_dir / common.PYO), str(out),
-                              common.GUIDE_PACKAGE, common.PANEL_CDN_ROOT], stdout=log,
-                             stderr=subprocess.STDOUT, env=env) for out, env, log in zip(outs, envs, logs)]
-    for r, log in zip(runs, logs):
-        r.wait(timeout=600)
-        log.close()
-        assert r.returncode == 0, Path(log.name).read_text()[-3000:]
+                              common.GUIDE_PACKAGE, common.PANEL_CDN_ROOT], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env) for out, env in zip(outs, envs)]
+    for rc, log in [finish(p) for p in runs]:
+        assert rc == 0, log[-3000:]
     for name in ("snapshot.bin", "files.bin", "meta.json"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs between two runs"
     # and, finished as the build finishes it, it is what the build shipped

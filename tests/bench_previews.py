@@ -15,8 +15,8 @@ document changed as a variant says:
 
 - as-built: unchanged;
 - no-toolbars: no plot shows its toolbar (`toolbar_location` null);
-- first-toolbar-only: only each figure's first plot shows its toolbar (an upper bound for
-  what one toolbar shared by a figure's plots would save);
+- first-toolbar-only: only the first plot of each figure's document shows its toolbar (an
+  upper bound for what one toolbar shared by a figure's plots would save);
 - save-only: each toolbar keeps its save and hover tools only;
 - no-legends: no legends.
 
@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument("--site", type=Path, default=ROOT / "_site")
     ap.add_argument("--pages", nargs="+", default=["ch04-batching.html", "ch09-speculative.html"])
     ap.add_argument("--variant", action="append", choices=sorted(VARIANTS),
-                    help="two or more (default: as-built and no-toolbars)")
+                    help="a variant to time (repeat it; default: as-built and no-toolbars)")
     ap.add_argument("--runs", type=int, default=8)
     a = ap.parse_args()
     variants = a.variant or ["as-built", "no-toolbars"]

@@ -117,6 +117,17 @@ def variant_page(html: str, variant: str) -> str:
     return PRERENDER.sub(change, html)
 
 
+def variant_site(site: Path, work: Path, pages: list[str], variants: list[str]) -> None:
+    """Into the folder `work`: the site's vendor/ and static/ (links), and for each page and
+    variant the page as `variant_page` makes it, named VARIANT--PAGE."""
+    for name in ("vendor", "static"):
+        (work / name).symlink_to((site / name).resolve(), target_is_directory=True)
+    for page in pages:
+        html = (site / page).read_text()
+        for v in variants:
+            (work / f"{v}--{page}").write_text(variant_page(html, v))
+
+
 DRAWN_JS = """(() => { const G = window.__guide, t = G && G.timing;
   return t && G.figures.every((id) => t['preview:' + id]) ? t : null; })()"""
 
@@ -147,12 +158,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="guide-previews-"))
     res: dict = {}
     try:
-        for name in ("vendor", "static"):
-            (work / name).symlink_to((a.site / name).resolve(), target_is_directory=True)
-        for page in a.pages:
-            html = (a.site / page).read_text()
-            for v in variants:
-                (work / f"{v}--{page}").write_text(variant_page(html, v))
+        variant_site(a.site, work, a.pages, variants)
         with serving(work) as base:
             for page in a.pages:
                 profile = Path(tempfile.mkdtemp(prefix="guide-previews-profile-"))

@@ -64,10 +64,7 @@ TOOLBARS_JS = """(() => { let n = 0; const walk = (root) => { for (const el of r
 def test_it_times_the_previews_of_a_page_with_no_python(site_dir, tmp_path):
     root = tmp_path / "site"
     root.mkdir()
-    for name in ("vendor", "static"):
-        (root / name).symlink_to((site_dir / name).resolve(), target_is_directory=True)
-    for v in ("as-built", "no-toolbars"):
-        (root / f"{v}--{PAGE}").write_text(bp.variant_page((site_dir / PAGE).read_text(), v))
+    bp.variant_site(site_dir, root, [PAGE], ["as-built", "no-toolbars"])
     profile = tmp_path / "profile"
     seen = {}
     with serving(root) as base, pipe_browser(profile) as b:

@@ -292,16 +292,17 @@ def pin_numerics(device_type: str) -> dict:
         except (RuntimeError, AttributeError, TypeError) as e:
             errors[name] = f"{type(e).__name__}: {str(e)[:160]}"
     out["changed_from"] = changed
-    if errors:
-        out["errors"] = errors
     try:
         order = [sdpa_backend_name(b) for b in torch._C._get_sdp_priority_order()]
     except (AttributeError, RuntimeError, ValueError):
         order = None
-    from torch.nn.attention import _cur_sdpa_kernel_backends
-    enabled = {sdpa_backend_name(b) for b in _cur_sdpa_kernel_backends()}
+    try:
+        from torch.nn.attention import _cur_sdpa_kernel_backends
+        enabled = {sdpa_backend_name(b) for b in _cur_sdpa_kernel_backends()}
+    except (ImportError, AttributeError, RuntimeError, ValueError) as e:   # a private API
+        enabled, errors["sdpa_enabled"] = None, f"{type(e).__name__}: {str(e)[:160]}"
     out["sdpa_priority"] = [b for b in order if b] if order else None
-    out["sdpa_enabled"] = sorted(b for b in enabled if b)
+    out["sdpa_enabled"] = sorted(b for b in enabled if b) if enabled is not None else None
     try:
         from torch.nn.attention import current_flash_attention_impl
         impl = current_flash_attention_impl()
@@ -313,6 +314,8 @@ def pin_numerics(device_type: str) -> dict:
     if os.environ.get("TORCH_BLAS_PREFER_CUBLASLT"):
         out["blas_env"] = f"TORCH_BLAS_PREFER_CUBLASLT={os.environ['TORCH_BLAS_PREFER_CUBLASLT']}"
     out["fp8_use_fast_accum"] = FP8_USE_FAST_ACCUM
+    if errors:
+        out["errors"] = errors
     return out
 
 

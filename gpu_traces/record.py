@@ -223,6 +223,10 @@ class Recorder:
                     except (kernels.Unsupported, RuntimeError) as e:
                         # an unsupported backend or a shape the library refuses: say why
                         reason = str(e) if isinstance(e, kernels.Unsupported) else _first_line(e)
+                    except Exception as e:
+                        # a torch whose API differs from the one this was written against
+                        # (a TypeError, an AttributeError): lose this point, not the run
+                        reason = f"error in the recorder: {_first_line(e)}"
                     if reason is not None:
                         if reason.startswith("out of memory"):
                             self._free_memory()

@@ -192,6 +192,35 @@ print(rec.skipped[0]["reason"][:40], len(freed), rec.measurements)
     assert second == "out of memory: OutOfMemoryError: CUDA ou 1 []"
 
 
+def test_a_point_that_fails_unexpectedly_is_skipped_and_the_run_goes_on():
+    """A torch whose API differs (a TypeError inside one kernel) loses that point, with the
+    error as its reason, not the measurements of the whole run."""
+    out = run_in_trace_env('''
+import torch
+from gpu_traces import kernels, record, suites
+suite = suites.get("cpu", True)
+points, _ = suites.plan(suite)
+copy = next(p for p in points if p.kind == "copy")
+bad = suites.Point("elementwise", "rms_norm tokens=1", "fp32", None,
+                   {"op": "rms_norm", "tokens": 1, "hidden": 64, "bytes_per_elem": 4, "impl": "x"})
+real = kernels.prepare
+def prepare(point, *a):
+    if point is bad:
+        raise TypeError("rms_norm() got an unexpected keyword argument 'eps'")
+    return real(point, *a)
+kernels.prepare = prepare
+from gpu_traces import harness
+rec = record.Recorder(suite, harness.CpuTimer(1 << 20, 1), 100.0, torch.device("cpu"))
+rec.run([bad, copy])
+print(rec.skipped[0]["reason"])
+print([m["label"] for m in rec.measurements])
+''')
+    reason, measured = out.strip().splitlines()
+    assert reason == ("error in the recorder: TypeError: rms_norm() got an unexpected keyword "
+                      "argument 'eps'")
+    assert measured.startswith("['copy ")
+
+
 def test_an_unwritable_output_path_fails_before_measuring(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     proc = subprocess.run([str(TRACE_PYTHON), "-m", "gpu_traces.record", "--device", "cpu",

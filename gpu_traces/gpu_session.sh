@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Record the full GPU suite on this machine's first GPU, then recalibrate: one command,
-# about 6 minutes of GPU time on an H100/H200 (the recorder's budget guarantees the limit).
+# at most 6 minutes of GPU time (the recorder's budget keeps to the limit); the full suite took
+# 74-101 s on an H200.
 #
 #   gpu_traces/gpu_session.sh                 # what `./dev record --device cuda` runs
 #   gpu_traces/gpu_session.sh --max-seconds 300 --out /tmp/traces

@@ -239,3 +239,17 @@ def test_the_fit_does_not_follow_last_bit_noise(monkeypatch):
         return v * (1.0 + 2.3e-16 * wobble)
     monkeypatch.setattr(calibrate, "_log_loss", noisy)
     assert fit_trace(trace, path.name)["calibration"] == plain
+
+
+def test_the_default_attention_backend_is_the_one_torch_picked():
+    """The recorder stores, per attention shape, the backend torch itself picks; the fit's
+    default is the most common of them among the backends it fitted, else a fixed order."""
+    def trace(picks):
+        return {"measurements": [{"kind": "attention-decode", "shape": {"default_backend": b}}
+                                 for b in picks] + [{"kind": "gemm", "shape": {}}]}
+    fitted = {"flash": {}, "cudnn": {}, "math": {}}
+    assert calibrate.torch_default_backend(trace(["cudnn", "cudnn", "flash"]), fitted) == "cudnn"
+    assert calibrate.torch_default_backend(trace(["flash", "cudnn", "flash"]), fitted) == "flash"
+    # a pick the fit has no parameters for, or none recorded (older traces): no opinion
+    assert calibrate.torch_default_backend(trace(["efficient"]), fitted) is None
+    assert calibrate.torch_default_backend(trace([None, None]), fitted) is None

@@ -154,6 +154,13 @@ def sim_namespace():
     return sim
 
 
+def whole_steps() -> list[dict]:
+    """The checked steps files under gpu_traces/steps/ (`gpu_traces.steps.shipped`), for
+    chapter text that sets measured steps beside the model's."""
+    from gpu_traces import steps
+    return steps.shipped()
+
+
 def template_line(exc: BaseException) -> int | None:
     """The line of the chapter template where `exc` was raised: a syntax error's own, or
     that of the innermost frame jinja maps to the template ("<template>")."""
@@ -204,6 +211,8 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                              keep_trailing_newline=True)
     shared = {"FIGURES": figures, "REFERENCES": references, "vendor": VENDOR,
               "versions": runtime.versions, "sim": sim_namespace(),
+              # whole forward steps timed on a GPU (gpu_traces/steps.py), oldest first
+              "STEPS": whole_steps(),
               # loaded by guide.js after the first paint, in this order
               "bokeh_scripts": [f"{VENDOR}/bokeh/{js}.min.js" for js in BOKEH_JS]
               + [f"{PANEL_CDN_ROOT}{runtime.versions['panel']}/dist/panel.min.js"],

@@ -263,25 +263,39 @@ def fit_gemm(points: list[dict], bw: float, flops_per_s: float, launch: float,
             "k_step_s": sig(g.k_step_s) if g.k_step_s * float(np.max(k)) > tiny else 0.0}
 
 
-def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: float) -> dict:
-    """Efficiencies, corner, fixed cost and score-matrix traffic of one attention backend."""
+UNFUSED_BACKENDS = ("math",)   # write the score matrix to memory; the fused ones never do
+
+
+def fit_roofline(points: list[dict], bw: float, flops_per_s: float, launch: float,
+                 unfused: bool = True) -> dict:
+    """Efficiencies, corner, fixed cost and score-matrix traffic of one attention backend.
+
+    Only an unfused backend (`unfused`) gets a score-matrix traffic term: a fused kernel keeps
+    the scores on chip, and a traffic term there would stand in for arithmetic the simulations
+    (which never pass a score size) could then not see: on the H200 it made cuDNN's prefill
+    attention half as slow in the fit as the simulations predicted it.
+    """
     fl = np.array([p["flops"] for p in points])
     nb = np.array([p["bytes"] for p in points])
     sb = np.array([kernel_model.score_bytes(p["shape"]) for p in points])
     t = np.array([p["time_s"] for p in points])
 
+    def traffic_of(theta):
+        return float(min(np.exp(min(theta[4], 50.0)), MAX_SCORE_TRAFFIC)) if unfused else 0.0
+
     def loss(theta):
         params = kernel_model.RooflineParams(_efficiency(theta[0]), _efficiency(theta[1]),
                                         _smoothness(theta[2]), float(np.exp(theta[3])),
-                                        float(min(np.exp(theta[4]), MAX_SCORE_TRAFFIC)))
+                                        traffic_of(theta))
         return _log_loss(params.time_s(fl, nb, bandwidth_bytes_per_s=bw, flops_per_s=flops_per_s,
                                        launch_overhead_s=launch, score_bytes=sb), t)
     # the fixed cost starts at a tenth of the fastest kernel, the score traffic at one pass;
     # both may shrink towards zero
     fixed0 = np.log(0.1 * float(np.min(t)))
-    theta, _ = _polish(loss, [[0.0, 0.0, np.log(p0), fixed0, 0.0] for p0 in (1.5, 4.0, 16.0)])
+    starts = [[0.0, 0.0, np.log(p0), fixed0] + ([0.0] if unfused else []) for p0 in (1.5, 4.0, 16.0)]
+    theta, _ = _polish(loss, starts)
     fixed = float(np.exp(theta[3]))
-    traffic = float(min(np.exp(theta[4]), MAX_SCORE_TRAFFIC))
+    traffic = traffic_of(theta)
     return {"compute_efficiency": sig(_efficiency(theta[0])),
             "bandwidth_efficiency": sig(_efficiency(theta[1])), "smoothness": sig(_smoothness(theta[2])),
             "fixed_s": sig(fixed) if fixed > 1e-4 * float(np.min(t)) else 0.0,
@@ -378,7 +392,8 @@ def fit_section(train: list[dict], units: int, trace_file: str) -> dict:
         pts = [r for r in att_rows if r["backend"] == backend]
         dtypes = {r["dtype"] for r in pts}
         if len(pts) >= 4 and len(dtypes) == 1 and next(iter(dtypes)) in flops_per_s:
-            attention[backend] = fit_roofline(pts, bw, flops_per_s[next(iter(dtypes))], launch)
+            attention[backend] = fit_roofline(pts, bw, flops_per_s[next(iter(dtypes))], launch,
+                                              unfused=backend in UNFUSED_BACKENDS)
     default_backend = next((b for b in ("flash", "cudnn", "efficient", "math") if b in attention),
                            None)
 

@@ -8,8 +8,9 @@
 #
 # It checks the GPU before any timing (a MIG slice, other processes on the GPU, a GPU the
 # catalogue does not know are reported), then runs `python -m gpu_traces.record --device
-# cuda` and `python -m gpu_traces.calibrate`. The trace goes to
-# gpu_traces/traces/<device>/<UTC time>-cuda.json (or --out); commit it with sim/calibrations/.
+# cuda`, `python -m gpu_traces.steps` and `python -m gpu_traces.calibrate`. The trace goes to
+# gpu_traces/traces/<device>/<UTC time>-cuda.json (or --out), the whole steps to
+# gpu_traces/steps/<device>/<UTC time>-steps.json; commit them with sim/calibrations/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${TRACE_PYTHON:-.venv-trace/bin/python}
@@ -41,5 +42,6 @@ print(f"[gpu-session] recording on {ident.name} -> "
 PY
 
 "$PY" -m gpu_traces.record --device cuda "$@"
+"$PY" -m gpu_traces.steps --device cuda          # whole forward steps (35 s on an H200)
 "$PY" -m gpu_traces.calibrate
-say "done: commit the new trace under gpu_traces/traces/ and sim/calibrations/"
+say "done: commit the new files under gpu_traces/traces/, gpu_traces/steps/ and sim/calibrations/"

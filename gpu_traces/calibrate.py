@@ -394,8 +394,9 @@ def fit_section(train: list[dict], units: int, trace_file: str) -> dict:
         if len(pts) >= 4 and len(dtypes) == 1 and next(iter(dtypes)) in flops_per_s:
             attention[backend] = fit_roofline(pts, bw, flops_per_s[next(iter(dtypes))], launch,
                                               unfused=backend in UNFUSED_BACKENDS)
-    default_backend = next((b for b in ("flash", "cudnn", "efficient", "math") if b in attention),
-                           None)
+    default_backend = (torch_default_backend(att_rows, attention)
+                       or next((b for b in ("flash", "cudnn", "efficient", "math") if b in attention),
+                               None))
 
     elementwise = {}
     for op in sorted({r["shape"]["op"] for r in of("elementwise")}):
@@ -418,16 +419,16 @@ def fit_section(train: list[dict], units: int, trace_file: str) -> dict:
     }
 
 
-def torch_default_backend(trace: Mapping, fitted: Mapping) -> str | None:
-    """The SDPA backend torch itself picks (each attention point's `default_backend`) for
-    most of the trace's attention shapes, if the calibration fitted that backend; else None.
+def torch_default_backend(rows: Sequence[Mapping], fitted: Mapping) -> str | None:
+    """The SDPA backend torch itself picks (each attention point's `default_backend`, which
+    the recorder stores in its shape) for most of these attention points, if the calibration
+    fitted that backend; else None (imported profiles and older traces do not say).
 
     A fit uses it when `attention_time_s` is given no backend, so a figure that says
     "attention" times what torch would run on that device (cuDNN on Hopper with recent torch),
     not whichever backend happens to come first in a fixed list.
     """
-    picks = [m["shape"].get("default_backend") for m in trace["measurements"]
-             if m["kind"].startswith("attention")]
+    picks = [r["shape"].get("default_backend") for r in rows if r["kind"].startswith("attention")]
     picks = [p for p in picks if p in fitted]
     return max(sorted(set(picks)), key=picks.count) if picks else None
 
@@ -439,8 +440,6 @@ def fit_trace(trace: Mapping, trace_file: str) -> dict:
     train = [r for r in rows if r["split"] == "train"]
     units = int(dev["compute_units"])
     section = fit_section(train, units, trace_file)
-    section["default_attention_backend"] = (torch_default_backend(trace, section["attention"])
-                                            or section["default_attention_backend"])
     key, slug = device_identity(dev)
     gpu = hardware.get(key) if key else None
     name = (dev["name"] if dev["type"] == "cuda"
@@ -936,23 +935,23 @@ def quality_report(cal_dir: Path = CALIBRATION_DIR) -> str:
         data = json.loads(path.read_text())
         lomo = data["fit"].get("leave_one_model_out")
         name = data["device"]["name"]
-        if not lomo:
+
+        def error_row(op, n, e):
+            return (f"| {name} | {op} | {n} | {e['model']['median_rel_err']:.1%} "
+                    f"| {e['model']['max_rel_err']:.1%} | {e['roofline']['median_rel_err']:.1%} "
+                    f"| {e['roofline']['max_rel_err']:.1%} |")
+        if lomo:
+            out += [error_row(op, e["model"]["n"], e)
+                    for op, e in [*lomo["by_op"].items(), ("all", lomo["all"])]]
+        else:
             fit = data["fit"]
             rows = [(k, v["heldout"]) for k, v in fit["by_kind"].items() if v["heldout"]["n"]]
-            for op, e in [*rows, ("all", fit["heldout"])]:
-                recorded.append(f"| {name} | {op} | {e['n']} | {e['model']['median_rel_err']:.1%} "
-                                f"| {e['model']['max_rel_err']:.1%} "
-                                f"| {e['roofline']['median_rel_err']:.1%} "
-                                f"| {e['roofline']['max_rel_err']:.1%} |")
+            recorded += [error_row(op, e["n"], e) for op, e in [*rows, ("all", fit["heldout"])]]
             spec = fit.get("spec_sheet_heldout")
             if spec:
                 spec_rows.append(f"- {name}: median {spec['median_rel_err']:.1%}, max "
                                  f"{spec['max_rel_err']:.1%} ({data['trace']['file']}, recorded "
                                  f"{data['trace']['recorded_at'][:10]})")
-        for op, e in [*lomo["by_op"].items(), ("all", lomo["all"])] if lomo else ():
-            out.append(f"| {name} | {op} | {e['model']['n']} | {e['model']['median_rel_err']:.1%} "
-                       f"| {e['model']['max_rel_err']:.1%} | {e['roofline']['median_rel_err']:.1%} "
-                       f"| {e['roofline']['max_rel_err']:.1%} |")
         f = lomo.get("linear_monotone_floor") if lomo else None
         if f:
             t_a, t_b = (x * 1e6 for x in f["times_s"])

@@ -126,7 +126,9 @@ def default_sdpa_backend(q, k, v, causal: bool, gqa: bool) -> str | None:
     return sdpa_backend_name(choice)
 
 
-def _first_line(e: BaseException, n: int = 160) -> str:
+def first_line(e: BaseException, n: int = 160) -> str:
+    """An error as one short line for a trace: its type and the first `n` characters of its
+    message's first line."""
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:n]}"
 
 
@@ -159,7 +161,7 @@ def _attention(point: Point, device):
     except torch.OutOfMemoryError:
         raise
     except (RuntimeError, TypeError) as e:       # TypeError: a torch without enable_gqa
-        native_error = _first_line(e)
+        native_error = first_line(e)
     # the backend cannot read grouped KV heads: give it K/V expanded to every query head
     k = k.repeat_interleave(h // kvh, dim=1)
     v = v.repeat_interleave(h // kvh, dim=1)
@@ -170,7 +172,7 @@ def _attention(point: Point, device):
         raise
     except RuntimeError as e:
         raise Unsupported(f"SDPA backend {backend!r} cannot run this here (grouped KV: "
-                          f"{native_error}; expanded KV: {_first_line(e)})") from None
+                          f"{native_error}; expanded KV: {first_line(e)})") from None
     return (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
             {**shape, "kv_heads_read": h})
 

@@ -219,14 +219,15 @@ class Recorder:
                     try:
                         self._measure_once(i, case, samples, shapes, per_round)
                     except torch.OutOfMemoryError as e:
-                        reason = f"out of memory: {_first_line(e)}"
+                        reason = f"out of memory: {kernels.first_line(e, 200)}"
                     except (kernels.Unsupported, RuntimeError) as e:
                         # an unsupported backend or a shape the library refuses: say why
-                        reason = str(e) if isinstance(e, kernels.Unsupported) else _first_line(e)
+                        reason = (str(e) if isinstance(e, kernels.Unsupported)
+                                  else kernels.first_line(e, 200))
                     except Exception as e:
                         # a torch whose API differs from the one this was written against
                         # (a TypeError, an AttributeError): lose this point, not the run
-                        reason = f"error in the recorder: {_first_line(e)}"
+                        reason = f"error in the recorder: {kernels.first_line(e, 200)}"
                     if reason is not None:
                         if reason.startswith("out of memory"):
                             self._free_memory()
@@ -300,10 +301,6 @@ class Recorder:
             self._flops[case.dtype] = max(self._flops.get(case.dtype, 0.0), flops / median_s)
             return True
         return False
-
-
-def _first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
 
 
 def build_plan(suite: suites.Suite, device: torch.device, kinds) -> tuple[list, list]:

@@ -224,6 +224,8 @@ def profile_step(step, device) -> dict:
     """Kernels one eager step runs on the GPU: count and busy seconds by category."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from gpu_traces.kernels import first_line
     if device.type != "cuda":
         return {"available": False, "reason": "kernel profiles are recorded on a GPU only"}
     try:
@@ -233,7 +235,7 @@ def profile_step(step, device) -> dict:
         events = [e for e in prof.events()
                   if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
     except Exception as e:                      # a profiler that cannot start: say so
-        return {"available": False, "reason": f"{type(e).__name__}: {str(e)[:160]}"}
+        return {"available": False, "reason": first_line(e)}
     by_cat: dict[str, dict] = {}
     names: dict[str, int] = {}
     try:
@@ -245,7 +247,7 @@ def profile_step(step, device) -> dict:
             c["busy_s"] += float(e.cuda_time_total if us is None else us) * 1e-6
             names[e.name[:90]] = names.get(e.name[:90], 0) + 1
     except Exception as e:                      # an event API that differs: keep the timings
-        return {"available": False, "reason": f"{type(e).__name__}: {str(e)[:160]}"}
+        return {"available": False, "reason": first_line(e)}
     top = sorted(names.items(), key=lambda kv: -kv[1])[:12]
     return {"available": True, "kernels": len(events),
             "busy_s": sum(c["busy_s"] for c in by_cat.values()),
@@ -259,6 +261,7 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
     gpu_traces/steps/<device slug>/<UTC time>-steps.json); its path."""
     import torch
     from gpu_traces import harness
+    from gpu_traces.kernels import TensorCache, first_line
     from gpu_traces.schema import time_stats
     start = time.monotonic()
     if device_type == "cuda" and not torch.cuda.is_available():
@@ -277,29 +280,26 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
     timer = _timer(device)
     steps, skipped = [], []
     dtype = torch.bfloat16
-    models: dict = {}
+    models = TensorCache()                      # one model's weights on the device at a time
+
+    def skip(name, phase, batch, context, mode, reason):
+        skipped.append({"model": name, "phase": phase, "batch": batch, "context": context,
+                        "mode": mode, "reason": reason})
+
     with torch.inference_mode():
         if device_type == "cuda":
             env["gpu_warmup"] = harness.warm_gpu(device)
         for name, phase, batch, context in plan:
             where = f"{name} {phase} batch={batch} context={context}"
             if time.monotonic() - start > max_seconds:
-                skipped.append({"model": name, "phase": phase, "batch": batch, "context": context,
-                                "mode": None, "reason": f"time limit ({max_seconds:.0f} s) reached"})
+                skip(name, phase, batch, context, None, f"time limit ({max_seconds:.0f} s) reached")
                 continue
-            cfg = _config(name)
-            if name not in models:
-                models.clear()                  # one model's weights on the device at a time
-                if device_type == "cuda":
-                    torch.cuda.empty_cache()
-                models[name] = Model(cfg, device, dtype)
-            model = models[name]
+            model = models.get(name, lambda: Model(_config(name), device, dtype))
             try:
                 step, info = model.make_step(batch, context, phase)
                 step()                          # compile-free warm-up; also checks it runs
             except Exception as e:
-                skipped.append({"model": name, "phase": phase, "batch": batch, "context": context,
-                                "mode": None, "reason": f"{type(e).__name__}: {str(e)[:200]}"})
+                skip(name, phase, batch, context, None, first_line(e, 200))
                 _log(f"{where}: skipped ({type(e).__name__})")
                 if device_type == "cuda":
                     torch.cuda.empty_cache()
@@ -316,7 +316,7 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
                         except Exception as e:   # a backend that refuses capture: try flash
                             from torch.nn.attention import SDPBackend, sdpa_kernel
                             note = (f"captured with the flash backend: the default one failed "
-                                    f"({type(e).__name__}: {str(e)[:120]})")
+                                    f"({first_line(e, 120)})")
                             torch.cuda.synchronize()
                             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                                 fn, graph = _capture(step, device)
@@ -327,10 +327,8 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
                     samples = timer(fn, repeats)
                     del graph
                 except Exception as e:
-                    skipped.append({"model": name, "phase": phase, "batch": batch,
-                                    "context": context, "mode": mode,
-                                    "reason": f"{type(e).__name__}: {str(e)[:200]}"})
-                    _log(f"{where} {mode}: skipped ({type(e).__name__}: {str(e)[:80]})")
+                    skip(name, phase, batch, context, mode, first_line(e, 200))
+                    _log(f"{where} {mode}: skipped ({first_line(e, 80)})")
                     continue
                 t = time_stats(samples)
                 steps.append({"model": name, "phase": phase, "batch": batch, "context": context,

@@ -244,12 +244,12 @@ def test_the_fit_does_not_follow_last_bit_noise(monkeypatch):
 def test_the_default_attention_backend_is_the_one_torch_picked():
     """The recorder stores, per attention shape, the backend torch itself picks; the fit's
     default is the most common of them among the backends it fitted, else a fixed order."""
-    def trace(picks):
-        return {"measurements": [{"kind": "attention-decode", "shape": {"default_backend": b}}
-                                 for b in picks] + [{"kind": "gemm", "shape": {}}]}
+    def rows(picks):
+        return [{"kind": "attention-decode", "shape": {"default_backend": b}} for b in picks] + [
+            {"kind": "gemm", "shape": {}}]
     fitted = {"flash": {}, "cudnn": {}, "math": {}}
-    assert calibrate.torch_default_backend(trace(["cudnn", "cudnn", "flash"]), fitted) == "cudnn"
-    assert calibrate.torch_default_backend(trace(["flash", "cudnn", "flash"]), fitted) == "flash"
+    assert calibrate.torch_default_backend(rows(["cudnn", "cudnn", "flash"]), fitted) == "cudnn"
+    assert calibrate.torch_default_backend(rows(["flash", "cudnn", "flash"]), fitted) == "flash"
     # a pick the fit has no parameters for, or none recorded (older traces): no opinion
-    assert calibrate.torch_default_backend(trace(["efficient"]), fitted) is None
-    assert calibrate.torch_default_backend(trace([None, None]), fitted) is None
+    assert calibrate.torch_default_backend(rows(["efficient"]), fitted) is None
+    assert calibrate.torch_default_backend(rows([None, None]), fitted) is None

@@ -329,11 +329,14 @@ class StepCost:
             self._memo(self._logits, [logits], lambda n: logit_specs(self.model, self.precision, n))
         return self._logits[logits]
 
-    def _attention_busy_s(self, tokens: int, pairs: int, kv_read: int) -> float:
-        """Busy seconds of ONE layer's attention kernel."""
+    def _attention_busy_s(self, tokens, pairs, kv_read):
+        """Busy seconds of ONE layer's attention kernel (a float; an array for arrays of step sizes)."""
         s = attention_spec(self.model, self.precision, tokens, pairs, kv_read)
         cal = self.calibration
-        return max(cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s, 0.0)
+        if np.ndim(tokens) == np.ndim(pairs) == np.ndim(kv_read) == 0:
+            return max(cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s, 0.0)
+        return np.maximum(cal.attention_times_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s,
+                          0.0)
 
     def _total(self, tokens: int, logits: int, pairs: int, kv_read: int, cuda_graphs: Optional[bool]) -> float:
         tok_total, tok_each = self._token_entry(tokens)
@@ -392,7 +395,16 @@ class StepCost:
             pts = ctx
         else:
             pts = np.unique(np.linspace(ctx.min(), ctx.max(), max_exact).round().astype(np.int64))
-        vals = np.array([self.uniform_time_s(batch, 1, int(c)) for c in pts])
+        if self.cuda_graphs:     # one launch per step: every context at once, as _total adds it up
+            if batch < 1 or pts.min() < 0:
+                raise ValueError(f"need seqs >= 1, new_tokens >= 1, context_tokens >= 0; got "
+                                 f"{batch}, 1, {int(pts.min())}")
+            tok_total, _ = self._token_entry(batch)
+            log_total, _ = self._logit_entry(batch)
+            attn = self._attention_busy_s(batch, batch * (pts + 1), batch * (pts + 1))
+            vals = tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
+        else:
+            vals = np.array([self.uniform_time_s(batch, 1, int(c)) for c in pts])
         if pts is ctx:
             return vals
         return np.interp(ctx, pts, vals)

@@ -311,16 +311,38 @@ class Calibration:
         """
         if flops < 0 or nbytes < 0:
             raise ValueError(f"flops and bytes must be >= 0, got {flops}, {nbytes}")
+        terms = self._attention_terms(backend)
+        if terms is None:
+            return self.op_time_s(flops, nbytes, dtype)
+        return float(terms.time_s(flops, nbytes, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+                                  flops_per_s=self.flops(dtype), launch_overhead_s=self.launch_overhead_s,
+                                  score_bytes=score_bytes))
+
+    def attention_times_s(self, flops, nbytes, dtype: str = "bf16", backend: str | None = None,
+                          score_bytes=0.0) -> np.ndarray:
+        """`attention_time_s` over arrays of kernels (e.g. one decode step at every context
+        length of a request), element by element the same numbers."""
+        flops, nbytes = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
+        if np.any(flops < 0) or np.any(nbytes < 0):
+            raise ValueError(f"flops and bytes must be >= 0, got {flops}, {nbytes}")
+        terms = self._attention_terms(backend)
+        if terms is None:        # the plain roofline, as op_time_s
+            comp = flops / self.flops(dtype) if np.any(flops) else np.zeros(np.shape(flops))
+            return self.launch_overhead_s + np.maximum(nbytes / self.bandwidth_bytes_per_s, comp)
+        return np.asarray(terms.time_s(flops, nbytes, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+                                       flops_per_s=self.flops(dtype), launch_overhead_s=self.launch_overhead_s,
+                                       score_bytes=score_bytes), dtype=float)
+
+    def _attention_terms(self, backend: str | None) -> RooflineParams | None:
+        """The fitted terms of `backend` (default: the calibration's default backend); None
+        where the calibration has none (the plain roofline)."""
         name = backend or self.default_attention_backend
         if name is None or not self.attention:
-            return self.op_time_s(flops, nbytes, dtype)
+            return None
         if name not in self.attention:
             raise ValueError(f"{self.device}: no fitted attention backend {name!r}; "
                              f"valid: {', '.join(sorted(self.attention))}")
-        return float(self.attention[name].time_s(
-            flops, nbytes, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
-            flops_per_s=self.flops(dtype), launch_overhead_s=self.launch_overhead_s,
-            score_bytes=score_bytes))
+        return self.attention[name]
 
     def elementwise_time_s(self, nbytes: float, op: str | None = None) -> float:
         """A memory-bound elementwise kernel (norm, activation, residual add) moving `nbytes`.

@@ -223,8 +223,10 @@ def spec_time_s(cal: Calibration, s: OpSpec, act_bytes: float):
             return _gemm_times(cal, mm, nn, kk, wb, act_bytes, s.dtype)
         return _each(lambda f, b: cal.op_time_s(f, b, s.dtype), s.flops, s.weight_bytes + s.act_bytes)
     if s.kind == "attention":
-        return _each(lambda f, b: cal.attention_time_s(f, b, s.dtype), s.flops,
-                     s.weight_bytes + s.act_bytes + s.kv_bytes)
+        nbytes = s.weight_bytes + s.act_bytes + s.kv_bytes
+        if np.ndim(s.flops) == 0 and np.ndim(nbytes) == 0:
+            return cal.attention_time_s(float(s.flops), float(nbytes), s.dtype)
+        return cal.attention_times_s(s.flops, nbytes, s.dtype)
     return _each(cal.elementwise_time_s, s.weight_bytes + s.act_bytes + s.kv_bytes)
 
 

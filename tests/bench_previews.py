@@ -92,8 +92,17 @@ def _no_legends(doc: dict) -> None:
                     a[side] = [r for r in a[side] if not (isinstance(r, dict) and r.get("name") == "Legend")]
 
 
+def _no_auto_glyphs(doc: dict) -> None:
+    for m in _objects(doc):
+        if m.get("name") == "GlyphRenderer":
+            a = m.setdefault("attributes", {})
+            for k in ("selection_glyph", "nonselection_glyph", "muted_glyph"):
+                a[k] = None
+
+
 VARIANTS = {
     "as-built": lambda doc: None,
+    "no-auto-glyphs": _no_auto_glyphs,
     "no-toolbars": _no_toolbars,
     "first-toolbar-only": lambda doc: _no_toolbars(doc, keep_first=True),
     "save-only": _save_only,

@@ -194,6 +194,34 @@ def test_a_control_move_changes_nothing_a_legend_refers_to(figure_id):
     assert not changed, [f"{type(e.model).__name__}.{getattr(e, 'attr', '')}" for e in changed]
 
 
+@pytest.mark.parametrize("figure_id", sorted(widgets.FIGURES))
+def test_no_plot_can_select_or_mute_so_no_renderer_has_those_looks(figure_id):
+    """The renderers have no selected, unselected or muted look (widgets.base.plain_glyphs:
+    BokehJS builds three glyph views fewer per renderer). That hides nothing only while no
+    plot has a selection tool, no legend mutes a renderer and none is muted: checked here,
+    after every control was moved (a renderer added on a move is checked too)."""
+    from bokeh.document import Document
+    from bokeh.models import GlyphRenderer, Legend, Plot
+    from bokeh.models.tools import SelectTool
+
+    from tests.figures import alternate_value, apply_change
+    from widgets.base import UNUSED_GLYPHS
+
+    view = widgets.build(figure_id)
+    for key, widget in view.controls.items():
+        apply_change(view, key, alternate_value(widget))
+    root = view.layout.get_root(Document())
+    plots = list(root.select({"type": Plot}))
+    assert plots
+    for p in plots:
+        assert not [t for t in p.toolbar.tools if isinstance(t, SelectTool)], p.title.text
+    assert all(legend.click_policy != "mute" for legend in root.select({"type": Legend}))
+    renderers = list(root.select({"type": GlyphRenderer}))
+    assert renderers and not [r for r in renderers if r.muted]
+    assert {(name, getattr(r, name)) for r in renderers for name in UNUSED_GLYPHS} == \
+        {(name, None) for name in UNUSED_GLYPHS}
+
+
 STYLED_FROM_DATA = {("ch01-pipeline", "VBar"), ("ch14-model-vs-measured", "Scatter")}   # colour by token / by run
 
 

@@ -189,3 +189,44 @@ def test_results_carry_the_limits_and_notes_the_figures_print():
     load = latency.simulate_load(latency.LoadParams(gpu="H200", requests=10))
     assert load.note.startswith("Llama 3.1 8B in bf16 on one NVIDIA H200")
     assert "10 requests, Poisson arrivals" in load.note and load.calibration_note in load.note
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "H200", "B200"])
+@pytest.mark.parametrize("graphs", [True, False])
+def test_decode_steps_at_every_context_at_once_are_the_one_by_one_numbers(gpu, graphs):
+    """StepCost.decode_times_s costs a graph-replayed decode at every context length in one
+    vectorised pass (the attention kernel is the only term that changes with the context):
+    the same numbers, to the last bit, as costing each step alone; the H200 has a fitted
+    attention backend, the B200 only the spec-sheet roofline."""
+    cost = forward.StepCost("llama-3.1-8b", gpu, cuda_graphs=graphs)
+    ctx = np.arange(0, 140_000, 4_999)
+    for batch in (1, 16):
+        each = np.array([cost.uniform_time_s(batch, 1, int(c)) for c in ctx])
+        np.testing.assert_array_equal(cost.decode_times_s(batch, ctx, max_exact=ctx.size), each)
+    cal = cost.calibration
+    flops, nbytes = np.array([0.0, 1e9, 3e12]), np.array([1e6, 5e8, 2e10])
+    assert cal.attention_times_s(flops, nbytes).tolist() == [cal.attention_time_s(f, b) for f, b in zip(flops, nbytes)]
+    with pytest.raises(ValueError, match="context_tokens >= 0"):
+        cost.decode_times_s(1, np.array([5, -1]))
+    with pytest.raises(ValueError, match=">= 0"):
+        cal.attention_times_s(np.array([1.0, -1.0]), np.array([1.0, 1.0]))
+
+
+def test_the_shipped_calibrations_kept_curve_is_the_computed_one():
+    """With the shipped calibration the attention-share curve and the decode costs of a model
+    on a GPU are kept between calls (a prompt move redraws the same curve); the result
+    equals the one computed afresh with that calibration passed in, and each call's arrays
+    are its own."""
+    from sim.calibration import for_gpu
+
+    p = latency.LatencyParams(gpu="H200", prompt_tokens=12_345, output_tokens=300)
+    kept = latency.estimate_latency(p)
+    fresh = latency.estimate_latency(p, calibration=for_gpu(hardware.get("H200")))
+    for name in ("ttft_s", "tpot_s", "e2e_s", "attention_share_of_prefill"):
+        assert getattr(kept, name) == getattr(fresh, name), name
+    for name in ("itl_s", "prompt_grid_tokens", "attention_share_grid"):
+        np.testing.assert_array_equal(getattr(kept, name), getattr(fresh, name))
+    kept.attention_share_grid[:] = 0
+    assert latency.estimate_latency(p).attention_share_grid[0] == fresh.attention_share_grid[0] > 0
+    longer = latency.estimate_latency(latency.LatencyParams(gpu="H200", prompt_tokens=131_072 + 1000))
+    assert longer.prompt_grid_tokens[-1] == 131_072 + 1000       # a prompt past the model's context widens the curve

@@ -61,6 +61,7 @@ class FigureView:
         for pane in self.layout.select(pn.pane.Bokeh):
             if isinstance(pane.object, Plot):
                 static_legends(pane.object)
+                plain_glyphs(pane.object)
 
     def __panel__(self) -> pn.viewable.Viewable:      # pn.panel(view), pn.Row(view, ...)
         return self.layout
@@ -237,6 +238,26 @@ def legend_stand_in(plot, renderer, source, columns: dict):
     stand_in = GlyphRenderer(data_source=source, glyph=copy, visible=False, tags=[STAND_IN])
     plot.renderers.append(stand_in)
     return stand_in
+
+
+UNUSED_GLYPHS = ("selection_glyph", "nonselection_glyph", "muted_glyph")
+
+
+def plain_glyphs(plot) -> None:
+    """No selected, unselected or muted look for the renderers of Bokeh figure `plot`.
+
+    Bokeh's plotting API gives each renderer a glyph for each of those looks (or "auto",
+    a copy made in the page), and BokehJS builds a view of each (its visual properties
+    each looked up as a CSS variable of the page), for the looks a renderer takes when
+    part of its data is selected or when a legend mutes it. The guide's
+    plots have no selection tool and no muting legend (tests/test_figure_api.py checks it),
+    so those looks are never drawn; without them BokehJS drew ch04's and ch09's previews
+    about an eighth sooner (tests/bench_previews.py, variant no-auto-glyphs).
+    """
+    for r in plot.renderers:
+        if isinstance(r, GlyphRenderer):
+            for name in UNUSED_GLYPHS:
+                setattr(r, name, None)
 
 
 def inset_legend(p, items: list[tuple[str, Any]], location: str = "top_right") -> None:

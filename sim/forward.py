@@ -329,12 +329,16 @@ class StepCost:
             self._memo(self._logits, [logits], lambda n: logit_specs(self.model, self.precision, n))
         return self._logits[logits]
 
-    def _attention_busy_s(self, tokens, pairs, kv_read):
-        """Busy seconds of ONE layer's attention kernel (a float; an array for arrays of step sizes)."""
+    def _attention_busy_s(self, tokens: int, pairs: int, kv_read: int) -> float:
+        """Busy seconds of ONE layer's attention kernel."""
         s = attention_spec(self.model, self.precision, tokens, pairs, kv_read)
         cal = self.calibration
-        if np.ndim(tokens) == np.ndim(pairs) == np.ndim(kv_read) == 0:
-            return max(cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s, 0.0)
+        return max(cal.attention_time_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s, 0.0)
+
+    def _attention_busy_each_s(self, tokens: int, pairs: np.ndarray, kv_read: np.ndarray) -> np.ndarray:
+        """`_attention_busy_s` for arrays of step sizes, element by element the same numbers."""
+        s = attention_spec(self.model, self.precision, tokens, pairs, kv_read)
+        cal = self.calibration
         return np.maximum(cal.attention_times_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s,
                           0.0)
 
@@ -401,7 +405,7 @@ class StepCost:
                                  f"{batch}, 1, {int(pts.min())}")
             tok_total, _ = self._token_entry(batch)
             log_total, _ = self._logit_entry(batch)
-            attn = self._attention_busy_s(batch, batch * (pts + 1), batch * (pts + 1))
+            attn = self._attention_busy_each_s(batch, batch * (pts + 1), batch * (pts + 1))
             vals = tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
         else:
             vals = np.array([self.uniform_time_s(batch, 1, int(c)) for c in pts])

@@ -342,12 +342,17 @@ class StepCost:
         return np.maximum(cal.attention_times_s(s.flops, s.act_bytes + s.kv_bytes, s.dtype) - cal.launch_overhead_s,
                           0.0)
 
+    def _graph_step_s(self, tok_total: float, log_total: float, attn):
+        """A graph-replayed step: one launch, then every kernel's busy time back to back
+        (`attn`: one layer's attention, a float or an array of them)."""
+        return tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
+
     def _total(self, tokens: int, logits: int, pairs: int, kv_read: int, cuda_graphs: Optional[bool]) -> float:
         tok_total, tok_each = self._token_entry(tokens)
         log_total, log_each = self._logit_entry(logits)
         attn = self._attention_busy_s(tokens, pairs, kv_read)
         if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
-            return tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
+            return self._graph_step_s(tok_total, log_total, attn)
         each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
         specs = self._order + (self._logit_order if logits else [])
         return float(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False))
@@ -405,8 +410,8 @@ class StepCost:
                                  f"{batch}, 1, {int(pts.min())}")
             tok_total, _ = self._token_entry(batch)
             log_total, _ = self._logit_entry(batch)
-            attn = self._attention_busy_each_s(batch, batch * (pts + 1), batch * (pts + 1))
-            vals = tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
+            vals = self._graph_step_s(tok_total, log_total,
+                                      self._attention_busy_each_s(batch, batch * (pts + 1), batch * (pts + 1)))
         else:
             vals = np.array([self.uniform_time_s(batch, 1, int(c)) for c in pts])
         if pts is ctx:

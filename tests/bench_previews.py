@@ -18,9 +18,11 @@ document changed as a variant says:
 - first-toolbar-only: only the first plot of each figure's document shows its toolbar (an
   upper bound for what one toolbar shared by a figure's plots would save);
 - save-only: each toolbar keeps its save and hover tools only;
-- no-legends: no legends.
+- no-legends: no legends;
+- plain-glyphs: no renderer has a selected, unselected or muted look, as
+  `widgets.base.plain_glyphs` builds them now (on a site built before it: what it saves).
 
-The variants other than as-built change what a reader would see; they measure what a part
+The variants other than as-built and plain-glyphs change what a reader would see; they measure what a part
 costs, they are not proposals. Page loads alternate between the variants (the order flips
 every run) in a browser with no inspector attached (tests/pipe_browser.py), on one profile
 that has loaded the page twice first, so BokehJS comes from the HTTP cache with the code
@@ -92,17 +94,17 @@ def _no_legends(doc: dict) -> None:
                     a[side] = [r for r in a[side] if not (isinstance(r, dict) and r.get("name") == "Legend")]
 
 
-def _no_auto_glyphs(doc: dict) -> None:
+def _plain_glyphs(doc: dict) -> None:
+    from widgets.base import UNUSED_GLYPHS
+
     for m in _objects(doc):
         if m.get("name") == "GlyphRenderer":
-            a = m.setdefault("attributes", {})
-            for k in ("selection_glyph", "nonselection_glyph", "muted_glyph"):
-                a[k] = None
+            m.setdefault("attributes", {}).update(dict.fromkeys(UNUSED_GLYPHS))
 
 
 VARIANTS = {
     "as-built": lambda doc: None,
-    "no-auto-glyphs": _no_auto_glyphs,
+    "plain-glyphs": _plain_glyphs,
     "no-toolbars": _no_toolbars,
     "first-toolbar-only": lambda doc: _no_toolbars(doc, keep_first=True),
     "save-only": _save_only,

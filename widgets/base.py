@@ -249,10 +249,12 @@ def plain_glyphs(plot) -> None:
     Bokeh's plotting API gives each renderer a glyph for each of those looks (or "auto",
     a copy made in the page), and BokehJS builds a view of each (its visual properties
     each looked up as a CSS variable of the page), for the looks a renderer takes when
-    part of its data is selected or when a legend mutes it. The guide's
-    plots have no selection tool and no muting legend (tests/test_figure_api.py checks it),
-    so those looks are never drawn; without them BokehJS drew ch04's and ch09's previews
-    about an eighth sooner (tests/bench_previews.py, variant no-auto-glyphs).
+    part of its data is selected or when a legend mutes it. The guide's plots have no
+    selection tool and no muting legend (tests/test_figure_api.py checks it), so those
+    looks are never drawn. Without them BokehJS drew ch04's previews 0.12-0.17 s sooner
+    in two runs (the first left out the "auto" looks only), ch09's 0.16 s sooner in one
+    and as soon in the other (tests/bench_previews.py, variant plain-glyphs; README,
+    Benchmarks).
     """
     for r in plot.renderers:
         if isinstance(r, GlyphRenderer):

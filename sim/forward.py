@@ -16,6 +16,7 @@ whole step once and the kernels run back to back: one launch plus the busy time 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional, Sequence
 
 import numpy as np
@@ -303,8 +304,13 @@ class StepCost:
         launch = self.calibration.launch_overhead_s
         each = np.array([np.broadcast_to(np.maximum(np.asarray(
             spec_time_s(self.calibration, s, self.precision.act_bytes)) - launch, 0.0), (n,)) for s in specs])
-        counts = np.array([s.count for s in specs], dtype=float)
-        return counts @ each, each
+        # summed spec by spec, so that a step size's total is the same number whichever other
+        # sizes were costed with it (a matrix product's rounding depends on its shape, and the
+        # memo keeps these totals from call to call: `step_cost`)
+        total = np.zeros(n)
+        for s, row in zip(specs, each):
+            total += s.count * row
+        return total, each
 
     def _memo(self, memo: dict, sizes, make) -> None:
         n = np.unique(np.asarray(sizes, dtype=np.int64))
@@ -417,6 +423,52 @@ class StepCost:
         if pts is ctx:
             return vals
         return np.interp(ctx, pts, vals)
+
+    def decode_run_s(self, seqs: int, context_total: int, steps: int, cuda_graphs: Optional[bool] = None,
+                     grows: Optional[int] = None) -> np.ndarray:
+        """Times of `steps` consecutive decode steps of the same `seqs` sequences, which hold
+        `context_total` cached tokens together at the first step and `grows` more (default
+        `seqs`: one each) per step (a static batch's finished members pad without growing).
+
+        Step j is `time_s([1] * seqs, contexts + j)` to the last bit: a decode step's cost
+        depends on the contexts only through their sum (the attention kernel's pairs and
+        KV reads), so graph-replayed steps are costed in one vectorised pass.
+
+        >>> cost = StepCost("llama-3.1-8b", "H100-SXM", cuda_graphs=True)
+        >>> run = cost.decode_run_s(2, 300, 3)
+        >>> [float(t) for t in run] == [cost.time_s([1, 1], [100 + j, 200 + j]) for j in range(3)]
+        True
+        """
+        grows = seqs if grows is None else grows
+        if seqs < 1 or context_total < 0 or steps < 0 or not 0 <= grows <= seqs:
+            raise ValueError(f"need seqs >= 1, context_total >= 0, steps >= 0, 0 <= grows <= seqs; got {seqs}, "
+                             f"{context_total}, {steps}, {grows}")
+        reads = context_total + seqs + grows * np.arange(steps, dtype=np.int64)  # pairs = KV tokens read = sum(c + 1)
+        if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
+            tok_total, _ = self._token_entry(seqs)
+            log_total, _ = self._logit_entry(seqs)
+            return self._graph_step_s(tok_total, log_total, self._attention_busy_each_s(seqs, reads, reads))
+        return np.array([self._total(seqs, seqs, k, k, False) for k in reads.tolist()])
+
+
+@lru_cache(maxsize=32)
+def _shipped_step_cost(model: str, gpu: str, precision: Precision, cuda_graphs: bool) -> StepCost:
+    return StepCost(model, gpu, precision, None, cuda_graphs)
+
+
+def step_cost(model: ModelLike, gpu: GpuLike, precision: Optional[Precision] = None,
+              calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> StepCost:
+    """A `StepCost`, the same one on every call that costs a shipped calibration (model and GPU
+    given by name, `calibration` None): its memo of step sizes then carries over from call to
+    call, as a figure recomputes the same model on the same GPU on every control move.
+
+    >>> step_cost("llama-3.1-8b", "H100-SXM") is step_cost("llama-3.1-8b", "H100-SXM")
+    True
+    """
+    precision = precision or Precision()
+    if calibration is None and isinstance(model, str) and isinstance(gpu, str):
+        return _shipped_step_cost(model, gpu, precision, bool(cuda_graphs))
+    return StepCost(model, gpu, precision, calibration, cuda_graphs)
 
 
 def stored_weight_bytes(model: ModelLike, precision: Optional[Precision] = None) -> float:

@@ -110,28 +110,34 @@ class BlockPool:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > self.free_blocks:
             raise OutOfBlocks(f"{n} blocks needed, {self.free_blocks} of {self.num_blocks} free")
-        out = []
-        for _ in range(n):
-            if self._returned:
-                b = heapq.heappop(self._returned)
-            else:
-                b = self._next
-                self._next += 1
-            self._held.add(b)
-            out.append(b)
+        returned = self._returned
+        if n >= len(returned):           # every released id (ascending), then new ones
+            out = sorted(returned)
+            returned.clear()
+        else:
+            out = [heapq.heappop(returned) for _ in range(n)]
+        fresh = n - len(out)
+        if fresh:
+            out.extend(range(self._next, self._next + fresh))
+            self._next += fresh
+        self._held.update(out)
         return out
 
     def release(self, blocks: Iterable[int]) -> None:
         """Return `blocks` to the pool (ValueError, before any is returned, if one is not in use)."""
         blocks = list(blocks)
-        for b in blocks:
-            if b not in self._held:
-                raise ValueError(f"block {b} is not in use")
+        if not self._held.issuperset(blocks):
+            raise ValueError(f"block {next(b for b in blocks if b not in self._held)} is not in use")
         if len(set(blocks)) != len(blocks):
             raise ValueError("a block is released twice")
-        for b in blocks:
-            self._held.remove(b)
-            heapq.heappush(self._returned, b)
+        self._held.difference_update(blocks)
+        returned = self._returned
+        if 8 * len(blocks) < len(returned):
+            for b in blocks:
+                heapq.heappush(returned, b)
+        else:       # a heap again at once (ids are unique, so they still come back lowest first)
+            returned.extend(blocks)
+            heapq.heapify(returned)
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent (used by the tests)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.batch import Batch, Precision
 from sim.checks import check_int, check_non_negative, check_positive, check_range, checked_params
-from sim.forward import StepCost, attention_share_of_prefill, forward_pass
+from sim.forward import StepCost, attention_share_of_prefill, forward_pass, step_cost
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
 from sim.models import resolve as resolve_model
@@ -169,8 +169,7 @@ def estimate_latency(params: LatencyParams = LatencyParams(),
     users = p.concurrent_users
     pre = forward_pass(m, g, Batch.prefill(prompt, users), p.precision, calibration, cuda_graphs=False)
     shipped = calibration is None and isinstance(p.model, str) and isinstance(p.gpu, str)
-    cost = (_shipped_step_cost(p.model, p.gpu, p.precision, p.cuda_graphs) if shipped
-            else StepCost(m, g, p.precision, calibration, p.cuda_graphs))
+    cost = step_cost(p.model, p.gpu, p.precision, calibration, p.cuda_graphs)
     itl = cost.decode_times_s(users, prompt + np.arange(out - 1))
     decode = float(itl.sum())
     ttft = pre.time_s
@@ -205,11 +204,6 @@ def _share_curve(m, g, precision: Precision, calibration: Calibration, top: int,
 # With the shipped calibrations (the figures' case) the decode costs of one model and GPU and
 # the attention-share curve do not change when the lengths do: kept between calls (a reader
 # dragging the prompt length recomputed the same 24-point curve on every move).
-@lru_cache(maxsize=16)
-def _shipped_step_cost(model: str, gpu: str, precision: Precision, cuda_graphs: bool) -> StepCost:
-    return StepCost(model, gpu, precision, None, cuda_graphs)
-
-
 @lru_cache(maxsize=64)
 def _shipped_share_curve(model: str, gpu: str, precision: Precision, top: int, points: int) -> tuple:
     m, g = resolve_model(model), resolve_gpu(gpu)

@@ -42,16 +42,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, replace
-from itertools import chain
+from itertools import accumulate
 from typing import Optional
 
 import numpy as np
 
 from sim.batch import Precision
 from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
-from sim.forward import StepCost, stored_weight_bytes
+from sim.forward import StepCost, step_cost, stored_weight_bytes
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
@@ -309,7 +310,7 @@ class Scheduler:
                                  f"capacity of {self.kv.capacity_tokens}")
         # beside running requests keep a few blocks free, so their next tokens do not force a preemption
         self.watermark = max(1, math.ceil(ADMISSION_WATERMARK * self.kv.num_blocks))
-        self.cost = StepCost(p.model, p.gpu, p.precision, calibration)
+        self.cost = step_cost(p.model, p.gpu, p.precision, calibration)     # shared between runs when shipped
         self.cost.prime(tokens=np.arange(1, p.max_batch + 1), logits=np.arange(1, p.max_batch + 1))   # decode steps
         self.reqs = [_Req(i, s) for i, s in enumerate(self.specs)]
         self.waiting: deque = deque()
@@ -328,8 +329,9 @@ class Scheduler:
         self.done = 0
         self.prefill_total = self.decode_total = self.padding_total = self.discarded = self.prefill_emits = 0
         # the timeline, one entry per step
-        self.rows_req: list = []
+        self.rows_req: list = []                # one row per step, or per run of equal steps:
         self.rows_kind: list = []
+        self.rows_steps: list = []              # how many steps each row stands for
         self.st_start: list = []
         self.st_end: list = []
         self.st_pre: list = []
@@ -480,10 +482,12 @@ class Scheduler:
     def _plan_decodes(self, budget: float = math.inf) -> list:
         """One token for each decoding request, oldest first, at most `budget` of them."""
         batch = []
+        bs = self.kv.block_size
         for r in list(self.running):
             if len(batch) == budget:
                 break
-            if r.phase == "decode" and self.grow(r, 1):      # a preempted request is "waiting" again
+            # (its last block has room: no need to grow; a preempted request is "waiting" again)
+            if r.phase == "decode" and (-(-(r.computed + 1) // bs) == len(r.blocks) or self.grow(r, 1)):
                 batch.append((r, 1, SLOT_DECODE))
         return batch
 
@@ -491,6 +495,7 @@ class Scheduler:
     def start_step(self) -> None:
         """Plan the next step, time it, record it in the timeline and schedule its end."""
         p = self.p
+        self._decode_run()
         plan = self.plan_static() if p.policy == "static" else self.plan_continuous()
         if not plan:
             return
@@ -508,6 +513,82 @@ class Scheduler:
         self.gpu_busy = True
         self._push(self.now + dur, _STEP_END, -1)
 
+    def _decode_run(self) -> None:
+        """Run in one pass the decode-only steps up to the next event, as step by step.
+
+        While a batch only decodes, each step is the same batch one token further on, until
+        one of its requests finishes. Under continuous batching the batch is every running
+        request, nobody may be able to join (no one waits, or no slot is free), and the run
+        also ends where the cache runs out of free blocks or a request arrives; a static
+        batch decodes (its finished members as padding) whatever arrives meanwhile (the
+        event loop queues those arrivals afterwards, in order) and holds its blocks from the
+        start. Those steps follow from their count: their times
+        (`StepCost.decode_run_s`, to the last bit the one-step numbers), the blocks they take
+        (in the order step-by-step planning takes them), their timeline rows and the tokens
+        they emit. They are recorded here; the step that meets the event is planned as usual.
+        """
+        p, kv = self.p, self.kv
+        bs = kv.block_size
+        continuous = p.policy == "continuous"
+        if continuous:
+            batch = dec = self.running
+            if not batch or (self.waiting and self.free_slots) or (p.chunked_prefill and len(batch) > p.token_budget):
+                return
+            for r in batch:
+                if r.phase != "decode" or len(r.blocks) != -(-r.computed // bs):
+                    return
+        else:
+            batch = self.static_batch
+            dec = [r for r in batch if r.phase == "decode"]
+            if not dec or any(r.phase != "done" for r in batch if r.phase != "decode"):
+                return
+        steps = min(r.spec.output_tokens - r.generated for r in dec) - 1     # steps in which nobody finishes
+        if steps < 2:
+            return
+        seqs, n_dec = len(batch), len(dec)
+        times = self.cost.decode_run_s(seqs, sum(r.computed for r in batch), steps, p.cuda_graphs, grows=n_dec)
+        ends = list(accumulate(times.tolist(), initial=self.now))[1:]   # each step starts when the one before ends
+        takes = []
+        if continuous:
+            if self.events:
+                steps = bisect_left(ends, self.events[0][0])             # an arrival ends the run
+            # a block is taken when a request's cache reaches a multiple of the block size;
+            # a step that would need more than the free blocks preempts, and ends the run
+            takes = sorted((j, i) for i, r in enumerate(batch) for j in range((-r.computed) % bs, steps, bs))
+            if len(takes) > kv.free_blocks:
+                steps = takes[kv.free_blocks][0]
+                takes = [t for t in takes if t[0] < steps]
+            if steps < 1:
+                return
+            for _, i in takes:
+                batch[i].blocks += kv.allocate(1)
+        ends = ends[:steps]
+        taken = np.bincount([j for j, _ in takes], minlength=steps).cumsum() if takes else np.zeros(steps, np.int64)
+        used = kv.used_tokens - bs * len(takes)
+        row_r = [-1] * p.max_batch
+        row_k = [SLOT_IDLE] * p.max_batch
+        for r in batch:
+            row_r[r.slot] = r.i
+            row_k[r.slot] = SLOT_DECODE if r.phase == "decode" else SLOT_PADDING
+        self.rows_req.append(row_r)
+        self.rows_kind.append(row_k)
+        self.rows_steps.append(steps)
+        self.st_start.append(self.now)
+        self.st_start.extend(ends[:-1])
+        self.st_end.extend(ends)
+        self.st_pre.extend([0] * steps)
+        self.st_dec.extend([seqs] * steps)
+        self.st_kv.extend((used + bs * taken).tolist())
+        self.decode_total += n_dec * steps
+        self.padding_total += (seqs - n_dec) * steps
+        gap = max((b - a for a, b in zip(ends, ends[1:])), default=-math.inf)   # between two steps of the run
+        for r in dec:
+            r.max_itl = max(r.max_itl, ends[0] - r.last, gap)
+            r.last = ends[-1]
+            r.computed += steps
+            r.generated += steps
+        self.now = ends[-1]
+
     def _record(self, plan: list, dur: float, prefill_tokens: int, decode_tokens: int) -> None:
         """One timeline row: what each slot does this step, the step's tokens and the KV in use."""
         row_r = [-1] * self.p.max_batch
@@ -519,6 +600,7 @@ class Scheduler:
             row_k[r.slot] = k
         self.rows_req.append(row_r)
         self.rows_kind.append(row_k)
+        self.rows_steps.append(1)
         self.st_start.append(self.now)
         self.st_end.append(self.now + dur)
         self.st_pre.append(prefill_tokens)
@@ -578,8 +660,8 @@ class Scheduler:
         steps = len(self.st_start)
         starts, ends = np.array(self.st_start), np.array(self.st_end)
         durs = ends - starts
-        n_cells = steps * p.max_batch
-        kinds = np.fromiter(chain.from_iterable(self.rows_kind), np.int8, n_cells).reshape(steps, p.max_batch)
+        rows = len(self.rows_steps)
+        kinds = np.repeat(np.array(self.rows_kind, dtype=np.int8).reshape(rows, p.max_batch), self.rows_steps, axis=0)
         busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
         busy = float(durs.sum())
         makespan = float(finish.max() - arrival.min())
@@ -594,7 +676,8 @@ class Scheduler:
             step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(self.st_pre, dtype=np.int64),
             step_decode_tokens=np.array(self.st_dec, dtype=np.int64),
             step_kv_tokens=np.array(self.st_kv, dtype=np.int64),
-            slot_request=np.fromiter(chain.from_iterable(self.rows_req), np.int32, n_cells).reshape(steps, p.max_batch),
+            slot_request=np.repeat(np.array(self.rows_req, dtype=np.int32).reshape(rows, p.max_batch), self.rows_steps,
+                                   axis=0),
             slot_kind=kinds, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=self.kv.capacity_tokens,
             prefill_tokens=self.prefill_total,
             recomputed_tokens=self.prefill_total - int(sum(s.prompt_tokens for s in self.specs)),

@@ -28,7 +28,7 @@ import numpy as np
 from sim.batch import Precision
 from sim.batching import batch_grid
 from sim.checks import check_int, check_range, checked_params
-from sim.forward import StepCost, stored_weight_bytes
+from sim.forward import step_cost, stored_weight_bytes
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.models import CATALOGUE as MODEL_CATALOGUE
@@ -487,9 +487,8 @@ def speedup_vs_batch(params: SpeedupParams = SpeedupParams(),
     p = params
     draft_model, drafter = _drafter_model(p)
     alpha = drafter.acceptance if p.alpha is None else p.alpha
-    target = StepCost(p.model, p.gpu, p.precision, calibration, p.cuda_graphs)
-    draft = None if draft_model is None else StepCost(draft_model, p.gpu, p.precision, target.calibration,
-                                                      p.cuda_graphs)
+    target = step_cost(p.model, p.gpu, p.precision, calibration, p.cuda_graphs)     # shared when shipped
+    draft = None if draft_model is None else step_cost(draft_model, p.gpu, p.precision, calibration, p.cuda_graphs)
     grid = batch_grid(p.max_batch, p.grid_points)
     C = p.context_tokens
     target.prime(tokens=np.concatenate([grid, (p.k + 1) * grid]), logits=np.concatenate([grid, (p.k + 1) * grid]))

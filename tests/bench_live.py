@@ -14,8 +14,8 @@ offline copy was saved, as a reader's first visit leaves it): medians (min-max) 
 - handover: live - the moment Python had built the last figure (its "built" message, or the
   whole document sent, "python_rendered", in builds before figures were adopted): what the
   page spends making the figures live once Python has built them.
-With --moves N, each warm load then moves a control N times (as `tests/bench_pages.py`
-does: the first slider of the page's figures, else the first menu) and the table adds the
+With --moves N, each warm load then moves controls N times (as `tests/bench_pages.py`
+does: the figures take turns, each its first slider, else its first menu) and the table adds the
 redraw, ms until the figure's data first changed, p50 / p95 over every warm load's moves.
 The timed loads run in a browser with no inspector attached (tests/pipe_browser.py), as in a
 reader's; a variant written NAME=SITE_DIR,playwright loads through Playwright instead, which

@@ -18,7 +18,8 @@ snapshot once a page went live, and the service worker the offline copy; the ben
 for both to be written, as a reader reading the page would):
 - live: every figure of the page live (Python started, figures built and swapped in);
 - poster / preview painted: the build-time poster, the pre-rendered Bokeh document (cold);
-- redraw: a control moved 20 times; time until the first of the figure's data or readouts
+- redraw: controls moved 20 times, the page's figures taking turns (each figure's first
+  slider, else its first menu or button group); time until the first of the figure's data or readouts
   changed (data), until the last of them changed (done), and until the next frame after
   that was painted (painted), p50 and p95, on the first visit (cold runs:
   the moves begin as the figures go live, while the browser keeps the snapshot and saves
@@ -179,33 +180,44 @@ def wait_offline_saved(page, timeout_s: float = 120) -> None:
 
 
 def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
-    """Move a control n times (the first slider of the page's figures, else the first
-    menu or button group, cycling through its options); time each redraw."""
+    """Move controls n times in all, the page's figures taking turns (each figure's first
+    slider, else its first menu or button group, cycling through its options), and time
+    each redraw. A page with two or three figures spreads the moves over all of them."""
     import panel as pn
 
     import widgets
-    views = [(fid, widgets.build(fid)) for fid in figure_ids]
-    sliders = [(fid, k, w) for fid, v in views for k, w in v.controls.items()
-               if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
-    menus = [(fid, k, w) for fid, v in views for k, w in v.controls.items()      # menus and button groups
-             if isinstance(w, (pn.widgets.Select, pn.widgets.RadioBoxGroup, pn.widgets.RadioButtonGroup))]
-    if not sliders and not menus:
-        raise ValueError(f"{figure_ids}: no slider, menu or button group to move")
-    figure_id, key, widget = (sliders or menus)[0]
-    if sliders:
-        lo, hi = widget.start, widget.end
-        values = [type(widget.value)(lo + (hi - lo) * ((i * 7) % n + 1) / (n + 1)) for i in range(n)]
-    else:
-        opts = list(widget.options.values()) if isinstance(widget.options, dict) else list(widget.options)
-        values = [opts[(opts.index(widget.value) + 1 + i) % len(opts)] for i in range(n)]
     from bokeh.document import Document
 
-    root = dict(views)[figure_id].layout.get_root(Document())
-    shown = lambda: json.dumps(collect(root, figure_id), sort_keys=True, default=str)   # noqa: E731
+    plans = []
+    for fid in figure_ids:
+        view = widgets.build(fid)
+        sliders = [(k, w) for k, w in view.controls.items() if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
+        menus = [(k, w) for k, w in view.controls.items()      # menus and button groups
+                 if isinstance(w, (pn.widgets.Select, pn.widgets.RadioBoxGroup, pn.widgets.RadioButtonGroup))]
+        if sliders or menus:
+            plans.append((fid, view, *(sliders or menus)[0], bool(sliders)))
+    if not plans:
+        raise ValueError(f"{figure_ids}: no slider, menu or button group to move")
+    turns = []                                   # (move, plan, value): the figures take turns
+    firsts = {}
+    for j, (fid, view, key, widget, slider) in enumerate(plans):
+        m = n // len(plans) + (1 if j < n % len(plans) else 0)
+        if slider:
+            lo, hi = widget.start, widget.end
+            values = [type(widget.value)(lo + (hi - lo) * ((i * 7) % m + 1) / (m + 1)) for i in range(m)]
+        else:
+            opts = list(widget.options.values()) if isinstance(widget.options, dict) else list(widget.options)
+            values = [opts[(opts.index(widget.value) + 1 + i) % len(opts)] for i in range(m)]
+        turns += [(i, j, v) for i, v in enumerate(values)]
+        firsts[j] = values[0] if values else None
+    turns.sort(key=lambda t: (t[0], t[1]))
+    roots = {fid: view.layout.get_root(Document()) for fid, view, *_ in plans}
     out = []
-    for v in values:
+    for i, j, v in turns:
+        figure_id, view, key, widget, slider = plans[j]
+        shown = lambda: json.dumps(collect(roots[figure_id], figure_id), sort_keys=True, default=str)   # noqa: E731
         if v == widget.value:
-            v = values[0] if values[0] != widget.value else (type(widget.value)(widget.end) if sliders else v)
+            v = firsts[j] if firsts[j] != widget.value else (type(widget.value)(widget.end) if slider else v)
         if v == widget.value:
             continue
         before, last = shown(), widget.value

@@ -248,3 +248,26 @@ def test_a_legend_stand_in_has_its_renderers_style_and_draws_nothing():
     data = stand_in.data_source.data
     assert sorted(data) == ["x", "y"] and all(len(v) == 1 and v[0] != v[0] for v in data.values())
     assert legend_stand_in(p, stand_in, stand_in.data_source, {}) is stand_in   # a second pass leaves it
+
+
+@pytest.mark.parametrize("kw", [{}, {"max_batch": 16, "add_long_prompt": True, "chunked_prefill": True},
+                                {"max_batch": 2, "batch_timeout_s": 0.0}])
+def test_scheduler_timeline_bars_cover_every_step_of_every_slot_once(kw):
+    # ch04-scheduler draws a bar per run of steps of one slot, not a cell per step: the bars
+    # must tile the (step, slot) grid exactly, each with the cells' kind and request
+    import numpy as np
+
+    from sim.scheduler import SchedulerParams, compare_schedules
+    from widgets.ch04_scheduler import _runs
+
+    c = compare_schedules(SchedulerParams(**kw))
+    for r in (c.static, c.continuous):
+        slot, first, last, code, req = _runs(r)
+        kind = np.full(r.slot_kind.shape, -1)
+        request = np.full(r.slot_kind.shape, -9)
+        for s, a, b, k, q in zip(slot, first, last, code, req):
+            assert a <= b and (kind[a:b + 1, s] == -1).all()                          # no overlap
+            assert np.array_equal(r.step_start_s[a + 1:b + 1], r.step_end_s[a:b])     # back to back
+            kind[a:b + 1, s], request[a:b + 1, s] = k, q
+        assert np.array_equal(kind, r.slot_kind) and np.array_equal(request, r.slot_request)
+        assert len(slot) < r.slot_kind.size / 5                                          # far fewer bars

@@ -1,6 +1,8 @@
 """Iteration-level scheduler: conservation, limits, determinism, and the behaviours the chapter shows."""
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -8,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import forward, hardware, kernel_model, scheduler
+from sim import forward, hardware, kernel_model, latency, scheduler
 from sim.scheduler import SLOT_DECODE, SLOT_IDLE, SLOT_PADDING, SLOT_PREFILL, RequestSpec, SchedulerParams
 
 SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
@@ -58,6 +60,100 @@ def test_conservation_and_limits(reqs, policy, chunked, max_batch, budget, capac
                         kv_capacity_tokens=capacity, block_size=block, requests=specs, batch_timeout_s=timeout)
     r = scheduler.simulate_schedule(p, calibration=SPEC)
     check_conservation(r, p)
+
+
+def same_results(a, b) -> list:
+    """Names of the fields in which two results (dataclasses, nested) differ at all: arrays
+    element by element to the last bit (NaN equal to NaN), floats and everything else by ==."""
+    out = []
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(x):
+            out += [f"{f.name}.{d}" for d in same_results(x, y)]
+        elif isinstance(x, np.ndarray):
+            if not (x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")):
+                out.append(f.name)
+        elif not (x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y))):
+            out.append(f.name)
+    return out
+
+
+def step_by_step(mp: pytest.MonkeyPatch) -> None:
+    """Every step planned, timed and recorded alone, on a StepCost of its own (no shared memo)."""
+    mp.setattr(scheduler.Scheduler, "_decode_run", lambda self: None)
+    mp.setattr(scheduler, "step_cost", lambda *a, **k: forward.StepCost(*a, **k))
+
+
+def test_step_costs_of_a_size_do_not_depend_on_the_sizes_costed_with_it():
+    # the shared StepCost keeps its memo between calls, so its numbers must not depend on history
+    for cal in (SPEC, None):
+        alone = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=cal)
+        alone.prime(tokens=[37], logits=[37])
+        many = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=cal)
+        many.prime(tokens=np.arange(1, 700), logits=np.arange(1, 700))
+        for graphs in (True, False):
+            assert alone.time_s([37], [1000], cuda_graphs=graphs) == many.time_s([37], [1000], cuda_graphs=graphs)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_run_of_decode_steps_costs_each_step_as_alone(graphs):
+    cost = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC)
+    contexts = [5, 700, 31, 4096]
+    run = cost.decode_run_s(len(contexts), sum(contexts), 50, cuda_graphs=graphs)
+    alone = [cost.time_s([1] * 4, [c + j for c in contexts], logits_seqs=4, cuda_graphs=graphs) for j in range(50)]
+    assert run.tolist() == alone
+    assert cost.decode_run_s(4, 100, 0).size == 0
+    with pytest.raises(ValueError, match="seqs >= 1"):
+        cost.decode_run_s(0, 100, 3)
+
+
+MIX = scheduler.make_request_mix(scheduler.RequestMixParams(requests=40, mean_interarrival_s=0.01, seed=3))
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"chunked_prefill": True}, {"cuda_graphs": False}, {"max_batch": 32, "kv_capacity_tokens": 3000},
+    {"max_batch": 32, "chunked_prefill": True, "token_budget": 256, "add_long_prompt": True},
+    {"policy": "static"}, {"policy": "static", "max_batch": 16, "batch_timeout_s": 0.0, "cuda_graphs": False},
+    # four long answers that outgrow the cache while decoding: the run ends where a block runs out
+    {"requests": tuple(RequestSpec(f"g{i}", 0.0, 200, 400) for i in range(4)), "kv_capacity_tokens": 1200}])
+def test_decode_steps_run_in_one_pass_give_the_step_by_step_timeline(kw):
+    p = SchedulerParams(**{"requests": MIX, **kw})
+    fast = scheduler.Scheduler(p)                    # the shipped calibration: its StepCost is shared
+    a = fast.run()
+    with pytest.MonkeyPatch.context() as mp:
+        step_by_step(mp)
+        b = scheduler.simulate_schedule(p)
+    assert same_results(a, b) == []
+    assert max(fast.rows_steps) > 10                  # the runs did take the one-pass path
+    if "kv_capacity_tokens" in kw:
+        assert a.preemptions.sum() > 0                # and met a full cache
+
+
+@pytest.mark.parametrize("kw", [{}, {"rate_per_s": 40.0}, {"rate_per_s": 4.0, "chunked_prefill": False},
+                                {"gpu": "A100-80GB", "rate_per_s": 9.0}])
+def test_loaded_server_figure_is_the_step_by_step_run(kw):
+    a = latency.simulate_load(latency.LoadParams(**kw))
+    with pytest.MonkeyPatch.context() as mp:
+        step_by_step(mp)
+        b = latency.simulate_load(latency.LoadParams(**kw))
+    assert same_results(a, b) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests_st, st.sampled_from(["static", "continuous"]), st.booleans(), st.integers(1, 8),
+       st.integers(1, 700), st.integers(3100, 12000), st.sampled_from([1, 16]), st.booleans(),
+       st.sampled_from([0.0, 0.03]))
+def test_decode_runs_match_step_by_step_on_any_workload(reqs, policy, chunked, max_batch, budget, capacity, block,
+                                                        graphs, timeout):
+    specs = tuple(RequestSpec(f"q{i}", a, pr, out) for i, (a, pr, out) in enumerate(reqs))
+    p = SchedulerParams(policy=policy, chunked_prefill=chunked, max_batch=max_batch, token_budget=budget,
+                        kv_capacity_tokens=capacity, block_size=block, requests=specs, cuda_graphs=graphs,
+                        batch_timeout_s=timeout)
+    a = scheduler.simulate_schedule(p, calibration=SPEC)
+    with pytest.MonkeyPatch.context() as mp:
+        step_by_step(mp)
+        b = scheduler.simulate_schedule(p, calibration=SPEC)
+    assert same_results(a, b) == []
 
 
 def test_deterministic():

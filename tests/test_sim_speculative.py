@@ -197,3 +197,18 @@ def test_a_small_model_drafter():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("kw", [{}, {"drafter": "llama-3.2-1b"}, {"drafter": "ngram", "k": 2}])
+def test_speedup_on_the_shared_step_costs_is_the_fresh_numbers(kw):
+    # speedup_vs_batch takes the shared StepCost of a shipped calibration (forward.step_cost),
+    # whose memo carries over from earlier calls: the numbers must be those of a fresh one
+    from sim import forward
+    from tests.test_sim_scheduler import same_results
+
+    p = speculative.SpeedupParams(**kw)
+    shared = speculative.speedup_vs_batch(p)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(speculative, "step_cost", lambda *a, **k: forward.StepCost(*a, **k))
+        fresh = speculative.speedup_vs_batch(p)
+    assert same_results(shared, fresh) == []

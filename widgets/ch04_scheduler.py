@@ -5,8 +5,8 @@ full or the oldest waiting request has waited the batch timeout, runs the whole 
 until its longest request ends (finished requests keep their slot as padding) and makes
 new arrivals wait for the next batch. Continuous batching decides
 before every step who runs: finished requests leave and waiting ones join at once
-(Orca, R7). Each timeline is slots (rows) against time; every cell is one step of one
-slot, coloured by what the slot did in that step.
+(Orca, R7). Each timeline is slots (rows) against time; a bar spans the steps in which a
+slot did one thing for one request, coloured by what it did (hover: the request and steps).
 
 A request with a very long prompt shows the cost of prefilling it in one step: every
 running decode stalls for as long as that prefill takes. Chunked prefill gives each step
@@ -53,6 +53,21 @@ def _numbers_html(rows: list[tuple[str, str, str]]) -> str:
     return f'<table class="fig-numbers">{head}{body}</table>'
 
 
+def _runs(r) -> tuple:
+    """The timeline as runs: consecutive steps, back to back, in which a slot did the same
+    thing for the same request, one quad each (the same picture as a quad per step and
+    slot, with a fraction of the quads to send and draw). Arrays (slot, first step, last
+    step, kind code, request index) in slot order, then time."""
+    kinds, reqs = r.slot_kind.T, r.slot_request.T       # (slots, steps)
+    new = np.ones(kinds.shape, dtype=bool)
+    new[:, 1:] = ((kinds[:, 1:] != kinds[:, :-1]) | (reqs[:, 1:] != reqs[:, :-1])
+                  | (r.step_start_s[1:] != r.step_end_s[:-1]))        # a gap: the GPU was idle between them
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], new.size) - 1                        # every slot's first step starts a run
+    steps = kinds.shape[1]
+    return starts // steps, starts % steps, ends % steps, kinds.ravel()[starts], reqs.ravel()[starts]
+
+
 def build() -> FigureView:
     defaults = SchedulerParams()
     mix = RequestMixParams()
@@ -75,7 +90,7 @@ def build() -> FigureView:
                                 margin=(6, 10, 0, 10))
 
     sources = {f"{pol}_{kind}": ColumnDataSource(data={"left": [], "right": [], "bottom": [], "top": [],
-                                                       "request": [], "step": []})
+                                                       "request": [], "steps": []})
                for pol in POLICIES for kind in SLOT_KINDS}
     arrivals = ColumnDataSource(data={"t_ms": [], "y": [], "request": []})
     ttft = ColumnDataSource(data={"request": [], "static_ms": [], "continuous_ms": []})
@@ -99,9 +114,9 @@ def build() -> FigureView:
             p.add_layout(Legend(items=[*items, LegendItem(label="arrival", renderers=[arrived])],
                                 orientation="horizontal", label_text_font_size="11px", padding=2, margin=2,
                                 spacing=6, glyph_width=14), "above")
-        p.add_tools(HoverTool(renderers=list(renderers.values()), tooltips=[("request", "@request"), ("step", "@step"),
-                                                                            ("from", "@left{0.0} ms"),
-                                                                            ("to", "@right{0.0} ms")]))
+        p.add_tools(HoverTool(renderers=list(renderers.values()),
+                              tooltips=[("request", "@request"), ("steps", "@steps"), ("from", "@left{0.0} ms"),
+                                        ("to", "@right{0.0} ms")]))
         timelines[pol] = p
 
     p_ttft = plot("Time to first token of each request", "request (in arrival order)",
@@ -122,14 +137,14 @@ def build() -> FigureView:
                                               token_budget=budget.value))
         results = {"static": c.static, "continuous": c.continuous}
         for pol, r in results.items():
-            kinds = r.slot_kind
             names = np.array(r.requests + [""])            # slot_request == -1 (empty) -> ""
-            for code, kind in enumerate(r.slot_kind_names):
-                step, slot = np.nonzero(kinds == code)
+            slot, first, last, code, req = _runs(r)
+            for kind_code, kind in enumerate(r.slot_kind_names):
+                i = code == kind_code
                 sources[f"{pol}_{kind}"].data = {
-                    "left": r.step_start_s[step] * 1e3, "right": r.step_end_s[step] * 1e3,
-                    "bottom": slot - 0.42, "top": slot + 0.42,
-                    "request": names[r.slot_request[step, slot]].tolist(), "step": step}
+                    "left": r.step_start_s[first[i]] * 1e3, "right": r.step_end_s[last[i]] * 1e3,
+                    "bottom": slot[i] - 0.42, "top": slot[i] + 0.42, "request": names[req[i]].tolist(),
+                    "steps": [f"{a}" if a == b else f"{a}-{b}" for a, b in zip(first[i].tolist(), last[i].tolist())]}
             timelines[pol].y_range.end = slots.value - 0.5
         s, k = c.static, c.continuous
         arrivals.data = {"t_ms": k.arrival_s * 1e3, "y": [-1.0] * len(k.requests), "request": k.requests}

@@ -519,10 +519,10 @@ class Scheduler:
         While a batch only decodes, each step is the same batch one token further on, until
         one of its requests finishes. Under continuous batching the batch is every running
         request, nobody may be able to join (no one waits, or no slot is free), and the run
-        also ends where the cache runs out of free blocks or a request arrives; a static
-        batch decodes (its finished members as padding) whatever arrives meanwhile (the
-        event loop queues those arrivals afterwards, in order) and holds its blocks from the
-        start. Those steps follow from their count: their times
+        also ends where the cache runs out of free blocks or with the step during which a
+        request arrives; a static batch decodes (its finished members as padding) whatever
+        arrives meanwhile, and holds its blocks from the start. What arrived is queued, in
+        order, before the next step is planned. Those steps follow from their count: their times
         (`StepCost.decode_run_s`, to the last bit the one-step numbers), the blocks they take
         (in the order step-by-step planning takes them), their timeline rows and the tokens
         they emit. They are recorded here; the step that meets the event is planned as usual.
@@ -550,8 +550,8 @@ class Scheduler:
         ends = list(accumulate(times.tolist(), initial=self.now))[1:]   # each step starts when the one before ends
         takes = []
         if continuous:
-            if self.events:
-                steps = bisect_left(ends, self.events[0][0])             # an arrival ends the run
+            if self.events:      # an arrival ends the run with the step during which it comes
+                steps = min(steps, bisect_left(ends, self.events[0][0]) + 1)
             # a block is taken when a request's cache reaches a multiple of the block size;
             # a step that would need more than the free blocks preempts, and ends the run
             takes = sorted((j, i) for i, r in enumerate(batch) for j in range((-r.computed) % bs, steps, bs))
@@ -588,6 +588,10 @@ class Scheduler:
             r.computed += steps
             r.generated += steps
         self.now = ends[-1]
+        while self.events and self.events[0][0] <= self.now:     # what arrived during the run, in order
+            _, _, kind, idx = heapq.heappop(self.events)
+            if kind == _ARRIVAL:
+                self.arrive(self.reqs[idx])
 
     def _record(self, plan: list, dur: float, prefill_tokens: int, decode_tokens: int) -> None:
         """One timeline row: what each slot does this step, the step's tokens and the KV in use."""

@@ -311,7 +311,11 @@ class Scheduler:
         # beside running requests keep a few blocks free, so their next tokens do not force a preemption
         self.watermark = max(1, math.ceil(ADMISSION_WATERMARK * self.kv.num_blocks))
         self.cost = step_cost(p.model, p.gpu, p.precision, calibration)     # shared between runs when shipped
-        self.cost.prime(tokens=np.arange(1, p.max_batch + 1), logits=np.arange(1, p.max_batch + 1))   # decode steps
+        # every step size a run can have, costed at once: decode steps have at most max_batch
+        # tokens, chunked steps at most the token budget (whole prompts are costed as they come);
+        # with the shipped calibration the memo is kept, so a later run finds them there
+        top = max(p.max_batch, p.token_budget if p.chunked_prefill and p.policy == "continuous" else 0)
+        self.cost.prime(tokens=np.arange(1, top + 1), logits=np.arange(1, p.max_batch + 1))
         self.reqs = [_Req(i, s) for i, s in enumerate(self.specs)]
         self.waiting: deque = deque()
         self.running: list = []                 # admission order

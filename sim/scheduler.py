@@ -564,8 +564,8 @@ class Scheduler:
                 takes = [t for t in takes if t[0] < steps]
             if steps < 1:
                 return
-            for _, i in takes:
-                batch[i].blocks += kv.allocate(1)
+            for (_, i), b in zip(takes, kv.allocate(len(takes))):     # lowest ids first, as one at a time
+                batch[i].blocks.append(b)
         ends = ends[:steps]
         taken = np.bincount([j for j, _ in takes], minlength=steps).cumsum() if takes else np.zeros(steps, np.int64)
         used = kv.used_tokens - bs * len(takes)

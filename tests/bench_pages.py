@@ -191,7 +191,8 @@ def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
     plans = []
     for fid in figure_ids:
         view = widgets.build(fid)
-        sliders = [(k, w) for k, w in view.controls.items() if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
+        sliders = [(k, w) for k, w in view.controls.items()
+                   if isinstance(w, (pn.widgets.IntSlider, pn.widgets.FloatSlider))]
         menus = [(k, w) for k, w in view.controls.items()      # menus and button groups
                  if isinstance(w, (pn.widgets.Select, pn.widgets.RadioBoxGroup, pn.widgets.RadioButtonGroup))]
         if sliders or menus:

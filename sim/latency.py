@@ -201,9 +201,9 @@ def _share_curve(m, g, precision: Precision, calibration: Calibration, top: int,
     return grid, attention_share_of_prefill(m, g, grid, precision, calibration)
 
 
-# With the shipped calibrations (the figures' case) the decode costs of one model and GPU and
-# the attention-share curve do not change when the lengths do: kept between calls (a reader
-# dragging the prompt length recomputed the same 24-point curve on every move).
+# With the shipped calibrations (the figures' case) the attention-share curve of one model and
+# GPU does not change when the lengths do: kept between calls (a reader dragging the prompt
+# length recomputed the same 24-point curve on every move), as `step_cost` keeps the decode costs.
 @lru_cache(maxsize=64)
 def _shipped_share_curve(model: str, gpu: str, precision: Precision, top: int, points: int) -> tuple:
     m, g = resolve_model(model), resolve_gpu(gpu)

@@ -486,12 +486,10 @@ class Scheduler:
     def _plan_decodes(self, budget: float = math.inf) -> list:
         """One token for each decoding request, oldest first, at most `budget` of them."""
         batch = []
-        bs = self.kv.block_size
         for r in list(self.running):
             if len(batch) == budget:
                 break
-            # (its last block has room: no need to grow; a preempted request is "waiting" again)
-            if r.phase == "decode" and (-(-(r.computed + 1) // bs) == len(r.blocks) or self.grow(r, 1)):
+            if r.phase == "decode" and self.grow(r, 1):      # a preempted request is "waiting" again
                 batch.append((r, 1, SLOT_DECODE))
         return batch
 
@@ -539,7 +537,7 @@ class Scheduler:
             if not batch or (self.waiting and self.free_slots) or (p.chunked_prefill and len(batch) > p.token_budget):
                 return
             for r in batch:
-                if r.phase != "decode" or len(r.blocks) != -(-r.computed // bs):
+                if r.phase != "decode" or len(r.blocks) != kv.blocks_for(r.computed):
                     return
         else:
             batch = self.static_batch

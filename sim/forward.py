@@ -33,6 +33,7 @@ from sim.ops import (MODEL_LEVEL_OPS, NORM_WEIGHT_BYTES, GpuLike, ModelLike, att
 
 HOST_DISPATCH_S_PER_KERNEL = 10e-6   # assumed: host time to issue one kernel in an eager forward pass
                                      # (Python, framework dispatch and cudaLaunchKernel); not from a trace
+SHORT_RUN_STEPS = 12   # StepCost.decode_run_s costs a run up to this long step by step (quicker than numpy there)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ def eager_step_time_s(pre: Sequence, layer: Sequence, post: Sequence, layers: in
     0.000102
     """
     d = float(dispatch_s)
+    if not any(isinstance(b, np.ndarray) for part in (pre, layer, post) for b in part):
+        return _eager_one_step_s(pre, layer, post, layers, d)
     lag = 0.0                     # how far the GPU's finish trails the host's latest issue
     for b in pre:
         lag = np.maximum(lag - d, 0.0) + b
@@ -118,6 +121,26 @@ def eager_step_time_s(pre: Sequence, layer: Sequence, post: Sequence, layers: in
             break
     for b in post:
         lag = np.maximum(lag - d, 0.0) + b
+    return (len(pre) + layers * len(layer) + len(post)) * d + lag
+
+
+def _eager_one_step_s(pre: Sequence, layer: Sequence, post: Sequence, layers: int, d: float) -> float:
+    """`eager_step_time_s` of one step (plain numbers): the same arithmetic on Python floats."""
+    lag = 0.0
+    for b in pre:
+        lag = max(lag - d, 0.0) + b
+    done = 0
+    while done < layers:
+        start, waited = lag, False
+        for b in layer:
+            waited = waited or lag < d
+            lag = max(lag - d, 0.0) + b
+        done += 1
+        if lag == start or (not waited and lag >= start):
+            lag = lag + (layers - done) * (lag - start)
+            break
+    for b in post:
+        lag = max(lag - d, 0.0) + b
     return (len(pre) + layers * len(layer) + len(post)) * d + lag
 
 
@@ -432,7 +455,8 @@ class StepCost:
 
         Step j is `time_s([1] * seqs, contexts + j)` to the last bit: a decode step's cost
         depends on the contexts only through their sum (the attention kernel's pairs and
-        KV reads), so graph-replayed steps are costed in one vectorised pass.
+        KV reads), so graph-replayed steps are costed in one vectorised pass (a run of up to
+        `SHORT_RUN_STEPS` step by step, where numpy's per-call cost outweighs the loop).
 
         >>> cost = StepCost("llama-3.1-8b", "H100-SXM", cuda_graphs=True)
         >>> run = cost.decode_run_s(2, 300, 3)
@@ -444,11 +468,11 @@ class StepCost:
             raise ValueError(f"need seqs >= 1, context_total >= 0, steps >= 0, 0 <= grows <= seqs; got {seqs}, "
                              f"{context_total}, {steps}, {grows}")
         reads = context_total + seqs + grows * np.arange(steps, dtype=np.int64)  # pairs = KV tokens read = sum(c + 1)
-        if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
+        if (self.cuda_graphs if cuda_graphs is None else cuda_graphs) and steps > SHORT_RUN_STEPS:
             tok_total, _ = self._token_entry(seqs)
             log_total, _ = self._logit_entry(seqs)
             return self._graph_step_s(tok_total, log_total, self._attention_busy_each_s(seqs, reads, reads))
-        return np.array([self._total(seqs, seqs, k, k, False) for k in reads.tolist()])
+        return np.array([self._total(seqs, seqs, k, k, cuda_graphs) for k in reads.tolist()])
 
 
 @lru_cache(maxsize=32)

@@ -6,9 +6,11 @@ block but its last is full. The pool hands out free blocks lowest id first and t
 them back when a holder lets go; it knows which blocks are free, not who holds them or
 what they contain.
 
-Both users count KV room with it: `sim.scheduler` (how many blocks each running request
-holds, when a request fits, when one must be preempted) and `sim.paging.BlockManager`
-(which physical blocks a block table maps to, with prefix sharing on top).
+Both users count KV room the same way: `sim.scheduler` with `BlockCounts` (how many
+blocks each running request holds, when a request fits, when one must be preempted: which
+blocks they are never matters to it) and `sim.paging.BlockManager` with `BlockPool`, the
+same counts with the blocks named (which physical blocks a block table maps to, with
+prefix sharing on top).
 
 >>> blocks_for(16, 16), blocks_for(17, 16)
 (1, 2)
@@ -17,6 +19,9 @@ holds, when a request fits, when one must be preempted) and `sim.paging.BlockMan
 ([0, 1], 2, 32)
 >>> pool.release([0]); pool.allocate(1)
 [0]
+>>> counts = BlockCounts(num_blocks=4, block_size=16)
+>>> counts.allocate(2), counts.free_blocks, counts.used_tokens
+(2, 2, 32)
 """
 from __future__ import annotations
 
@@ -42,27 +47,17 @@ def blocks_for(tokens, block_size: int):
     return -(-tokens // block_size)
 
 
-class BlockPool:
-    """`num_blocks` KV blocks of `block_size` tokens: which are free, how many are in use.
-
-    Blocks never handed out are free implicitly (ids from `_next` up), so a pool the size
-    of a whole GPU's cache costs nothing until it is used. Returned blocks wait in a
-    min-heap; they all have ids below `_next`, so the lowest free id is always the heap's
-    top if there is one. `allocate` either meets the whole request or raises `OutOfBlocks`
-    and changes nothing; `release` refuses a block that is not in use.
-    """
+class _Blocks:
+    """What `BlockCounts` and `BlockPool` share: the sizes, and the counts from `used_blocks`."""
 
     def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE):
         check_int("num_blocks", num_blocks, minimum=1)
         check_int("block_size", block_size, minimum=1)
         self.num_blocks = int(num_blocks)
         self.block_size = int(block_size)
-        self._next = 0               # lowest id never handed out
-        self._returned: list = []    # min-heap of released ids (all < _next)
-        self._held: set = set()      # ids in use
 
     @classmethod
-    def for_tokens(cls, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE) -> "BlockPool":
+    def for_tokens(cls, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE):
         """The whole blocks that fit in `capacity_tokens` tokens (ValueError if not even one).
 
         >>> BlockPool.for_tokens(100, 16).capacity_tokens
@@ -89,16 +84,69 @@ class BlockPool:
 
     @property
     def free_blocks(self) -> int:
-        return self.num_blocks - len(self._held)
+        return self.num_blocks - self.used_blocks
 
     @property
     def used_blocks(self) -> int:
-        return len(self._held)
+        raise NotImplementedError
 
     @property
     def used_tokens(self) -> int:
         """Token slots in blocks in use (a partly filled last block counts whole)."""
-        return self.tokens_in(len(self._held))
+        return self.tokens_in(self.used_blocks)
+
+
+class BlockCounts(_Blocks):
+    """`num_blocks` KV blocks of `block_size` tokens, counted: how many are free, how many in use.
+
+    `allocate` takes whole blocks or raises `OutOfBlocks` and takes none; `release` gives
+    them back, and refuses more than are in use. `BlockPool` counts the same way and
+    names every block.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE):
+        super().__init__(num_blocks, block_size)
+        self._used = 0
+
+    @property
+    def used_blocks(self) -> int:
+        return self._used
+
+    def allocate(self, n: int = 1) -> int:
+        """Take `n` free blocks (returns n); `OutOfBlocks` (and nothing taken) if fewer are free."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} blocks")
+        if n > self.num_blocks - self._used:
+            raise OutOfBlocks(f"{n} blocks needed, {self.free_blocks} of {self.num_blocks} free")
+        self._used += n
+        return n
+
+    def release(self, n: int) -> None:
+        """Give back `n` blocks (ValueError, and none given back, if fewer are in use)."""
+        if not 0 <= n <= self._used:
+            raise ValueError(f"cannot release {n} blocks: {self._used} in use")
+        self._used -= n
+
+
+class BlockPool(_Blocks):
+    """`num_blocks` KV blocks of `block_size` tokens: which are free, how many are in use.
+
+    Blocks never handed out are free implicitly (ids from `_next` up), so a pool the size
+    of a whole GPU's cache costs nothing until it is used. Returned blocks wait in a
+    min-heap; they all have ids below `_next`, so the lowest free id is always the heap's
+    top if there is one. `allocate` either meets the whole request or raises `OutOfBlocks`
+    and changes nothing; `release` refuses a block that is not in use.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE):
+        super().__init__(num_blocks, block_size)
+        self._next = 0               # lowest id never handed out
+        self._returned: list = []    # min-heap of released ids (all < _next)
+        self._held: set = set()      # ids in use
+
+    @property
+    def used_blocks(self) -> int:
+        return len(self._held)
 
     def is_free(self, block: int) -> bool:
         return 0 <= block < self.num_blocks and block not in self._held

@@ -65,7 +65,7 @@ class BlockManager:
 
     State: `tables[request]` (logical -> physical), `tokens[request]`, and per physical
     block a reference count, a fill count and the hash of its contents once full. Which
-    blocks are free is the `BlockPool`'s (`sim.kv_blocks`, shared with the scheduler);
+    blocks are free is the `BlockPool`'s (`sim.kv_blocks`; the scheduler counts the same way);
     a cached block nobody references is not free there until it is evicted and reused.
     Every call appends to `events`. Methods raise `OutOfBlocks` (and change nothing)
     when an allocation cannot be met even after evicting every evictable block.

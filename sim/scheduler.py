@@ -22,7 +22,7 @@ Policies
       requests fill what is left, so a long prompt is spread over several steps.
 
 Memory: the KV cache holds `kv_capacity_tokens` tokens in blocks of `block_size` (a
-`sim.kv_blocks.BlockPool`, the same model of KV room as `sim.paging`'s block manager). A
+`sim.kv_blocks.BlockCounts`, the same count of KV room as `sim.paging`'s block manager). A
 request needs ceil(tokens cached / block_size) blocks; a new request is admitted beside
 running ones only if 1% of the blocks stay free. When a running request needs a
 block and none is free, the most recently admitted request is *preempted*: its blocks
@@ -56,7 +56,7 @@ from sim.forward import StepCost, step_cost, stored_weight_bytes
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
-from sim.kv_blocks import BlockPool
+from sim.kv_blocks import BlockCounts
 from sim.models import resolve as resolve_model
 
 POLICIES = ("static", "continuous")
@@ -246,7 +246,7 @@ class _Req:
         self.computed = 0            # tokens whose K/V are in the cache
         self.target = spec.prompt_tokens  # tokens to prefill before decoding
         self.generated = 0           # output tokens emitted
-        self.blocks: list = []       # KV block ids it holds (from the run's BlockPool)
+        self.blocks = 0              # KV blocks it holds (from the run's BlockCounts)
         self.slot = -1
         self.phase = "queued"        # queued -> waiting -> prefill -> decode -> done
         self.admitted = math.nan
@@ -302,7 +302,7 @@ class Scheduler:
         p = self.p = params
         self.specs = p.workload()
         capacity = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else default_kv_capacity_tokens(p)
-        self.kv = BlockPool.for_tokens(capacity, p.block_size)
+        self.kv = BlockCounts.for_tokens(capacity, p.block_size)
         for s in self.specs:
             need = self.kv.blocks_for(s.prompt_tokens + s.output_tokens)
             if need > self.kv.num_blocks:
@@ -387,7 +387,7 @@ class Scheduler:
         """Allocate blocks so `r` can cache `tokens` more; preempt the newest requests if needed.
 
         False if `r` itself had to be preempted."""
-        need = self.kv.blocks_for(r.computed + tokens) - len(r.blocks)
+        need = self.kv.blocks_for(r.computed + tokens) - r.blocks
         if need == 0:               # most decode steps: the last block has room
             return True
         while need > self.kv.free_blocks:
@@ -412,7 +412,7 @@ class Scheduler:
     def release(self, r: _Req) -> None:
         """Return the request's KV blocks and its slot."""
         self.kv.release(r.blocks)
-        r.blocks = []
+        r.blocks = 0
         heapq.heappush(self.free_slots, r.slot)
         r.slot = -1
 
@@ -465,7 +465,7 @@ class Scheduler:
             if budget == 0:
                 break
             if r.phase == "prefill":
-                room = self.kv.tokens_in(len(r.blocks) + self.kv.free_blocks) - r.computed
+                room = self.kv.tokens_in(r.blocks + self.kv.free_blocks) - r.computed
                 c = min(r.target - r.computed, budget, room)
                 if c <= 0:
                     break
@@ -497,7 +497,8 @@ class Scheduler:
     def start_step(self) -> None:
         """Plan the next step, time it, record it in the timeline and schedule its end."""
         p = self.p
-        self._decode_run()
+        while self._decode_run():       # one run per stretch between events
+            pass
         plan = self.plan_static() if p.policy == "static" else self.plan_continuous()
         if not plan:
             return
@@ -515,19 +516,21 @@ class Scheduler:
         self.gpu_busy = True
         self._push(self.now + dur, _STEP_END, -1)
 
-    def _decode_run(self) -> None:
-        """Run in one pass the decode-only steps up to the next event, as step by step.
+    def _decode_run(self) -> bool:
+        """Run in one pass the decode-only steps up to the next event, as step by step; True
+        if it ran any.
 
-        While a batch only decodes, each step is the same batch one token further on, until
-        one of its requests finishes. Under continuous batching the batch is every running
-        request, nobody may be able to join (no one waits, or no slot is free), and the run
-        also ends where the cache runs out of free blocks or with the step during which a
-        request arrives; a static batch decodes (its finished members as padding) whatever
-        arrives meanwhile, and holds its blocks from the start. What arrived is queued, in
-        order, before the next step is planned. Those steps follow from their count: their times
-        (`StepCost.decode_run_s`, to the last bit the one-step numbers), the blocks they take
-        (in the order step-by-step planning takes them), their timeline rows and the tokens
-        they emit. They are recorded here; the step that meets the event is planned as usual.
+        While a batch only decodes, each step is the same batch one token further on. Under
+        continuous batching the batch is every running request, nobody may be able to join
+        (no one waits, or no slot is free), and the run ends with the step in which a request
+        emits its last token, with the step during which a request arrives, or before a step
+        that would need more KV blocks than are free; a static batch decodes (its finished
+        members as padding) whatever arrives meanwhile, holds its blocks from the start, and
+        its run ends with the step in which a member finishes. Those steps follow from their
+        count: their times (`StepCost.decode_run_s`, to the last bit the one-step numbers),
+        the blocks they take, their timeline rows and the tokens they emit. After the run,
+        what finished completes and what arrived is queued, in that order, as at the end of
+        its last step.
         """
         p, kv = self.p, self.kv
         bs = kv.block_size
@@ -535,18 +538,18 @@ class Scheduler:
         if continuous:
             batch = dec = self.running
             if not batch or (self.waiting and self.free_slots) or (p.chunked_prefill and len(batch) > p.token_budget):
-                return
+                return False
             for r in batch:
-                if r.phase != "decode" or len(r.blocks) != kv.blocks_for(r.computed):
-                    return
+                if r.phase != "decode" or r.blocks != kv.blocks_for(r.computed):
+                    return False
         else:
             batch = self.static_batch
             dec = [r for r in batch if r.phase == "decode"]
             if not dec or any(r.phase != "done" for r in batch if r.phase != "decode"):
-                return
-        steps = min(r.spec.output_tokens - r.generated for r in dec) - 1     # steps in which nobody finishes
+                return False
+        steps = min(r.spec.output_tokens - r.generated for r in dec)     # up to the first request's last token
         if steps < 2:
-            return
+            return False
         seqs, n_dec = len(batch), len(dec)
         times = self.cost.decode_run_s(seqs, sum(r.computed for r in batch), steps, p.cuda_graphs, grows=n_dec)
         ends = list(accumulate(times.tolist(), initial=self.now))[1:]   # each step starts when the one before ends
@@ -554,18 +557,21 @@ class Scheduler:
         if continuous:
             if self.events:      # an arrival ends the run with the step during which it comes
                 steps = min(steps, bisect_left(ends, self.events[0][0]) + 1)
-            # a block is taken when a request's cache reaches a multiple of the block size;
-            # a step that would need more than the free blocks preempts, and ends the run
-            takes = sorted((j, i) for i, r in enumerate(batch) for j in range((-r.computed) % bs, steps, bs))
+            # a request takes a block at each step that starts its cache on a new one (from
+            # its first such step, every block_size steps); a step that would need more than
+            # the free blocks preempts, and ends the run
+            firsts = [(-r.computed) % bs for r in batch]
+            takes = sorted(j for f in firsts for j in range(f, steps, bs))     # the step of each block taken
             if len(takes) > kv.free_blocks:
-                steps = takes[kv.free_blocks][0]
-                takes = [t for t in takes if t[0] < steps]
+                steps = takes[kv.free_blocks]
+                takes = takes[:bisect_left(takes, steps)]
             if steps < 1:
-                return
-            for (_, i), b in zip(takes, kv.allocate(len(takes))):     # lowest ids first, as one at a time
-                batch[i].blocks.append(b)
+                return False
+            kv.allocate(len(takes))
+            for r, f in zip(batch, firsts):
+                r.blocks += len(range(f, steps, bs))
         ends = ends[:steps]
-        taken = np.bincount([j for j, _ in takes], minlength=steps).cumsum() if takes else np.zeros(steps, np.int64)
+        taken = np.bincount(takes, minlength=steps).cumsum() if takes else np.zeros(steps, np.int64)
         used = kv.used_tokens - bs * len(takes)
         row_r = [-1] * p.max_batch
         row_k = [SLOT_IDLE] * p.max_batch
@@ -590,10 +596,14 @@ class Scheduler:
             r.computed += steps
             r.generated += steps
         self.now = ends[-1]
+        for r in [r for r in dec if r.generated >= r.spec.output_tokens]:    # in the order the step emits
+            self.complete(r)
+        self._end_static_batch()
         while self.events and self.events[0][0] <= self.now:     # what arrived during the run, in order
             _, _, kind, idx = heapq.heappop(self.events)
             if kind == _ARRIVAL:
                 self.arrive(self.reqs[idx])
+        return True
 
     def _record(self, plan: list, dur: float, prefill_tokens: int, decode_tokens: int) -> None:
         """One timeline row: what each slot does this step, the step's tokens and the KV in use."""
@@ -626,12 +636,16 @@ class Scheduler:
                     self.emit(r)
             else:
                 self.emit(r)
+        self._end_static_batch()
+        self.gpu_busy = False
+
+    def _end_static_batch(self) -> None:
+        """A static batch whose members have all finished gives back its slots and blocks."""
         if self.p.policy == "static" and all(r.phase == "done" for r in self.static_batch):
             for r in self.static_batch:
                 self.running.remove(r)
                 self.release(r)
             self.static_batch = []
-        self.gpu_busy = False
 
     # -- completion ----------------------------------------------------------------------------
     def emit(self, r: _Req) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import calibration, hardware, scheduler
-from sim.kv_blocks import BlockPool, OutOfBlocks, blocks_for
+from sim.kv_blocks import BlockCounts, BlockPool, OutOfBlocks, blocks_for
 from sim.paging import BlockManager
 from sim.scheduler import RequestSpec, SchedulerParams
 
@@ -85,6 +85,45 @@ def test_pool_matches_a_plain_set_of_free_ids(num_blocks, operations):
             free |= set(back)
         pool.check_invariants()
         assert pool.free_blocks == len(free) and pool.used_tokens == 16 * (num_blocks - len(free))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.lists(st.tuples(st.booleans(), st.integers(0, 12)), max_size=60))
+def test_counts_count_what_the_pool_names(num_blocks, operations):
+    # the scheduler's count of blocks: under the same takes and returns, the pool's numbers
+    pool, counts = BlockPool(num_blocks, 16), BlockCounts(num_blocks, 16)
+    held: list = []
+    for take, n in operations:
+        if take:
+            if n > pool.free_blocks:
+                for p in (pool, counts):
+                    with pytest.raises(OutOfBlocks, match=f"{n} blocks needed, {pool.free_blocks} of"):
+                        p.allocate(n)
+            else:
+                held += pool.allocate(n)
+                assert counts.allocate(n) == n
+        else:
+            back, held = held[:n], held[n:]
+            pool.release(back)
+            counts.release(len(back))
+        assert (counts.free_blocks, counts.used_blocks, counts.used_tokens) == (
+            pool.free_blocks, pool.used_blocks, pool.used_tokens)
+
+
+def test_counts_refuse_what_they_cannot_do_and_change_nothing():
+    counts = BlockCounts.for_tokens(100, 16)           # 6 whole blocks
+    assert (counts.num_blocks, counts.capacity_tokens, counts.allocate(4)) == (6, 96, 4)
+    with pytest.raises(OutOfBlocks, match="3 blocks needed, 2 of 6 free"):
+        counts.allocate(3)
+    with pytest.raises(ValueError, match="cannot release 5 blocks: 4 in use"):
+        counts.release(5)
+    with pytest.raises(ValueError, match="cannot release -1 blocks"):
+        counts.release(-1)
+    with pytest.raises(ValueError, match="cannot allocate -1"):
+        counts.allocate(-1)
+    assert (counts.free_blocks, counts.used_tokens) == (2, 64)
+    with pytest.raises(ValueError, match="num_blocks must be >= 1"):
+        BlockCounts(0)
 
 
 @pytest.mark.parametrize("prompt", [1, 15, 16, 17, 100, 1000])

@@ -110,6 +110,10 @@ def test_eager_step_is_the_launch_queue(pre, layer, post, layers, d):
     assert t == pytest.approx(_event_loop(busy, d), rel=1e-9, abs=1e-15)
     # launches are asynchronous: never less than the host's issue time or d + the GPU's work, never their sum
     assert max(len(busy) * d, d + sum(busy)) - 1e-15 <= t <= len(busy) * d + sum(busy) + 1e-15
+    # plain numbers take the scalar path; as one-element arrays, the vectorised one: the same bits
+    one = lambda xs: [np.array([x]) for x in xs]   # noqa: E731
+    assert isinstance(t, float)
+    assert t == forward.eager_step_time_s(one(pre), one(layer), one(post), layers, d)[0]
 
 
 def test_eager_step_is_vectorised_over_step_sizes():

@@ -99,9 +99,11 @@ def test_step_costs_of_a_size_do_not_depend_on_the_sizes_costed_with_it():
 def test_a_run_of_decode_steps_costs_each_step_as_alone(graphs):
     cost = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC)
     contexts = [5, 700, 31, 4096]
-    run = cost.decode_run_s(len(contexts), sum(contexts), 50, cuda_graphs=graphs)
-    alone = [cost.time_s([1] * 4, [c + j for c in contexts], logits_seqs=4, cuda_graphs=graphs) for j in range(50)]
-    assert run.tolist() == alone
+    for steps in (forward.SHORT_RUN_STEPS, forward.SHORT_RUN_STEPS + 1, 50):    # costed step by step, and at once
+        run = cost.decode_run_s(len(contexts), sum(contexts), steps, cuda_graphs=graphs)
+        alone = [cost.time_s([1] * 4, [c + j for c in contexts], logits_seqs=4, cuda_graphs=graphs)
+                 for j in range(steps)]
+        assert run.tolist() == alone
     assert cost.decode_run_s(4, 100, 0).size == 0
     with pytest.raises(ValueError, match="seqs >= 1"):
         cost.decode_run_s(0, 100, 3)

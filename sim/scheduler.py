@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
 from itertools import accumulate
@@ -56,7 +56,7 @@ from sim.forward import StepCost, step_cost, stored_weight_bytes
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
-from sim.kv_blocks import BlockCounts
+from sim.kv_blocks import BlockCounts, blocks_for
 from sim.models import resolve as resolve_model
 
 POLICIES = ("static", "continuous")
@@ -539,8 +539,8 @@ class Scheduler:
             batch = dec = self.running
             if not batch or (self.waiting and self.free_slots) or (p.chunked_prefill and len(batch) > p.token_budget):
                 return False
-            for r in batch:
-                if r.phase != "decode" or r.blocks != kv.blocks_for(r.computed):
+            for r in reversed(batch):       # the newest first: the likeliest to be prefilling
+                if r.phase != "decode" or r.blocks != blocks_for(r.computed, bs):
                     return False
         else:
             batch = self.static_batch
@@ -571,7 +571,6 @@ class Scheduler:
             for r, f in zip(batch, firsts):
                 r.blocks += len(range(f, steps, bs))
         ends = ends[:steps]
-        taken = np.bincount(takes, minlength=steps).cumsum() if takes else np.zeros(steps, np.int64)
         used = kv.used_tokens - bs * len(takes)
         row_r = [-1] * p.max_batch
         row_k = [SLOT_IDLE] * p.max_batch
@@ -586,7 +585,7 @@ class Scheduler:
         self.st_end.extend(ends)
         self.st_pre.extend([0] * steps)
         self.st_dec.extend([seqs] * steps)
-        self.st_kv.extend((used + bs * taken).tolist())
+        self.st_kv.extend([used + bs * bisect_right(takes, j) for j in range(steps)])   # blocks taken up to step j
         self.decode_total += n_dec * steps
         self.padding_total += (seqs - n_dec) * steps
         gap = max((b - a for a, b in zip(ends, ends[1:])), default=-math.inf)   # between two steps of the run

@@ -102,45 +102,26 @@ def eager_step_time_s(pre: Sequence, layer: Sequence, post: Sequence, layers: in
     0.000102
     """
     d = float(dispatch_s)
-    if not any(isinstance(b, np.ndarray) for part in (pre, layer, post) for b in part):
-        return _eager_one_step_s(pre, layer, post, layers, d)
+    vector = any(isinstance(b, np.ndarray) for part in (pre, layer, post) for b in part)
+    top = np.maximum if vector else max     # plain numbers: the same arithmetic, without numpy's cost per call
     lag = 0.0                     # how far the GPU's finish trails the host's latest issue
     for b in pre:
-        lag = np.maximum(lag - d, 0.0) + b
+        lag = top(lag - d, 0.0) + b
     done = 0
     while done < layers:
-        start, waited = lag, False
+        start, kept_up = lag, True
         for b in layer:
-            waited = waited | (lag < d)          # the GPU idled before this kernel
-            lag = np.maximum(lag - d, 0.0) + b
+            kept_up = kept_up & (lag >= d)       # the GPU has not idled before a kernel of this layer
+            lag = top(lag - d, 0.0) + b
         done += 1
         # a layer that ended where it began repeats forever; one in which the GPU never waited
         # and that ended later repeats its growth; either way the rest follows in closed form
-        if np.all((lag == start) | (~np.asarray(waited) & (lag >= start))):
+        repeats = (lag == start) | (kept_up & (lag >= start))
+        if np.all(repeats) if vector else repeats:
             lag = lag + (layers - done) * (lag - start)
             break
     for b in post:
-        lag = np.maximum(lag - d, 0.0) + b
-    return (len(pre) + layers * len(layer) + len(post)) * d + lag
-
-
-def _eager_one_step_s(pre: Sequence, layer: Sequence, post: Sequence, layers: int, d: float) -> float:
-    """`eager_step_time_s` of one step (plain numbers): the same arithmetic on Python floats."""
-    lag = 0.0
-    for b in pre:
-        lag = max(lag - d, 0.0) + b
-    done = 0
-    while done < layers:
-        start, waited = lag, False
-        for b in layer:
-            waited = waited or lag < d
-            lag = max(lag - d, 0.0) + b
-        done += 1
-        if lag == start or (not waited and lag >= start):
-            lag = lag + (layers - done) * (lag - start)
-            break
-    for b in post:
-        lag = max(lag - d, 0.0) + b
+        lag = top(lag - d, 0.0) + b
     return (len(pre) + layers * len(layer) + len(post)) * d + lag
 
 

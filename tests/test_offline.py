@@ -144,18 +144,16 @@ def chromium_major() -> int:
 # it (V8's compile event: cacheKind "full"). Chromium 156 (Debian's 156.0.8078.114) streams
 # the same scripts from Cache Storage on a background thread and reports no consumed code
 # cache on the second, third or fourth visit: the compiled code is Chrome's to keep or not,
-# so it is checked only where Chrome still keeps it.
-CODE_AT_INSTALL = chromium_major() < 156
+# so it is checked only where Chrome still keeps it (`chromium_major() < 156`).
 
 SCRIPT_DELIVERY_JS = """() => performance.getEntriesByType("resource").map(
   (e) => [e.name, e.deliveryType || "", e.workerStart > 0])"""
 
 
-def traced_compiles(ctx, url: str, figure_ids: list[str]) -> dict[str, dict]:
-    """Open `url` with a devtools trace running until its figures are live: {script url:
+def traced_compiles(ctx, url: str, figure_ids: list[str]) -> tuple[dict[str, dict], dict[str, list]]:
+    """Open `url` with a devtools trace running until its figures are live: ({script url:
     the data of V8's compile event, module scripts' too} (cacheKind, consumedCacheSize,
-    cacheRejected), and under "delivered" {url: [deliveryType, through the service worker]}
-    of the page's resources."""
+    cacheRejected), {url: [deliveryType, through the service worker]} of the page's resources)."""
     page = ctx.new_page()
     cdp = ctx.new_cdp_session(page)
     events, done = [], []
@@ -174,7 +172,7 @@ def traced_compiles(ctx, url: str, figure_ids: list[str]) -> dict[str, dict]:
     page.close()
     compiled = {d["url"]: d for e in events if e.get("name") in ("v8.compile", "v8.compileModule")
                 for d in [(e.get("args") or {}).get("data") or {}] if d.get("url")}
-    return {**compiled, "delivered": delivered}
+    return compiled, delivered
 
 
 def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session, site_dir, tmp_path):
@@ -190,13 +188,16 @@ def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session,
     root = tmp_path / "site"
     shutil.copytree(site_dir, root)
 
-    def from_install_code(compiled: dict, base: str) -> None:
+    code_at_install = chromium_major() < 156
+
+    def from_install_code(traced: tuple, base: str) -> None:
+        compiled, delivered = traced
         for path in scripts:
             # the guide's part: the service worker answers from the scripts' own cache
-            assert compiled["delivered"].get(base + path) == ["cache-storage", True], (path, compiled["delivered"])
+            assert delivered.get(base + path) == ["cache-storage", True], (path, delivered)
             event = compiled.get(base + path)
             assert event, (path, sorted(compiled))
-            if CODE_AT_INSTALL:     # Chrome's part: the code it compiled at install
+            if code_at_install:     # Chrome's part: the code it compiled at install
                 assert (event.get("cacheKind"), event.get("cacheRejected")) == ("full", False), (path, event)
                 assert event["consumedCacheSize"] > (root / path).stat().st_size // 2, (path, event)
 
@@ -210,13 +211,14 @@ def test_the_pages_scripts_run_from_code_compiled_at_install(playwright_session,
             assert log.errors() == []
             page.close()
         with chromium_context(playwright_session, profile) as ctx:
-            compiled = traced_compiles(ctx, base + FIRST["file"], FIRST["figures"])
-            from_install_code(compiled, base)
+            traced = traced_compiles(ctx, base + FIRST["file"], FIRST["figures"])
+            from_install_code(traced, base)
+            compiled, _ = traced
             # ...so the next page's Python worker imports it from that code, not compiling it again
             runtime_module = base + page_runtime_module(root)
             event = compiled.get(runtime_module)
             assert event, (runtime_module, sorted(compiled))
-            if CODE_AT_INSTALL:
+            if code_at_install:
                 assert event.get("cacheRejected") is False, event
                 assert event.get("consumedCacheSize", 0) > (root / page_runtime_module(root)).stat().st_size // 2, event
     # a new build with the same scripts (sw.js unchanged, no new install): its copy takes them

@@ -60,18 +60,24 @@ function showError(fig, message) {
 
 // BokehJS and Panel's JS (2.5 MB) are loaded after the first paint, so the posters are on
 // screen before any of it is parsed; previews and the live figures wait for them.
+// Online they come from the network (the service worker leaves them to the browser's HTTP
+// cache, beside which Chrome keeps their compiled code: sw.js); when that fails (the network
+// gone while the browser still says it is online), all of them again from the offline copy.
 function loadScript(src) {
   return new Promise((resolve, reject) => {
     const el = document.createElement("script");
     el.src = src;
     el.async = false;                       // executed in the order they were added
     el.onload = resolve;
-    el.onerror = () => reject(new Error(`could not load ${src}`));
+    el.onerror = () => { el.remove(); reject(new Error(`could not load ${src}`)); };
     document.head.append(el);
   });
 }
+const loadScripts = (suffix) => Promise.all(G.scripts.map((src) => loadScript(src + suffix)));
 const afterPaint = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
-const bokehReady = afterPaint().then(() => Promise.all(G.scripts.map(loadScript))).then(() => mark("bokeh"));
+const bokehReady = afterPaint()
+  .then(() => loadScripts("").catch((e) => (navigator.serviceWorker?.controller ? loadScripts("?copy") : Promise.reject(e))))
+  .then(() => mark("bokeh"));
 bokehReady.catch((e) => onFatal(`the page's figure library did not load: ${e.message}`));
 
 // ------------------------------------------------------------------ static preview

@@ -92,6 +92,18 @@ async function boot(runtime, bootMode) {
   }
 }
 
+// Pyodide's runtime module (sw.js RUNTIME_MODULES): from the network while online, where
+// Chrome keeps its compiled code; when that fails, from the offline copy. It defines
+// _createPyodideModule, which loadPyodide then uses instead of importing the module itself.
+async function importRuntime(runtime) {
+  const url = ROOT + runtime.pyodide + "pyodide.asm.js";
+  try {
+    await import(url);
+  } catch (e) {
+    await import(url + "?copy");
+  }
+}
+
 async function normalBoot(runtime) {
   const pyodideModule = import(ROOT + runtime.module);
   // The guide's wheel depends on everything the figures import, so one call loads it all.
@@ -102,6 +114,7 @@ async function normalBoot(runtime) {
     for (const file of files) fetch(ROOT + runtime.pyodide + file, { priority: "low" }).catch(() => {});
   }).catch(() => {});
   const { loadPyodide } = await pyodideModule;
+  await importRuntime(runtime);
   const pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false });
   const total = (await wheels).length;
   let loaded = 0;
@@ -266,7 +279,7 @@ async function restoreSnapshot(runtime, snap) {
   // for this one boot so that the installed files and shared libraries are in place, and
   // the snapshot's bytes are all there, before Pyodide copies the snapshot into memory.
   // The runtime starts while the snapshot is still downloading.
-  await import(ROOT + runtime.pyodide + "pyodide.asm.js");
+  await importRuntime(runtime);
   const create = globalThis._createPyodideModule;
   if (typeof create !== "function") throw new Error("pyodide.asm.js defined no _createPyodideModule");
   globalThis._createPyodideModule = async (settings) => {

@@ -49,9 +49,11 @@
     }
   });
 
-  // The runtime's big module scripts, run once from the copy just saved (sw.js
-  // RUNTIME_MODULES), in a worker of their own; data-compiled on <html> says how it goes
-  // ("running", "done", "failed").
+  // The runtime's big module scripts (sw.js RUNTIME_MODULES), run once more in a worker of
+  // their own, and the page's classic scripts (BokehJS, Panel's bundle) once more in a hidden
+  // frame, after a copy is saved: Chrome keeps the code it compiled for a script beside its
+  // HTTP cache entry from the script's second load on, so the next page runs them from it.
+  // data-compiled on <html> says how it goes ("running", "done", "failed").
   function compileSaved(paths) {
     var el = document.documentElement;
     var w;
@@ -63,12 +65,25 @@
       return;
     }
     var timer = setTimeout(function () { finish("failed"); }, 30000);
+    var frame = null;
     function finish(state) {
       clearTimeout(timer);
-      el.dataset.compiled = state;
       w.terminate();
+      if (frame) frame.remove();
+      el.dataset.compiled = state;
     }
-    w.onmessage = function (e) { finish(e.data && e.data.ok ? "done" : "failed"); };
+    function runScripts() {
+      var scripts = (window.__guide && window.__guide.scripts) || [];
+      if (!scripts.length) return finish("done");
+      frame = document.createElement("iframe");
+      frame.hidden = true;
+      frame.srcdoc = scripts.map(function (s) {
+        return '<script src="' + new URL(s, document.baseURI).href + '"></scr' + 'ipt>';
+      }).join("");
+      frame.onload = function () { finish("done"); };   // (after its scripts ran)
+      document.body.append(frame);
+    }
+    w.onmessage = function (e) { if (e.data && e.data.ok) runScripts(); else finish("failed"); };
     w.onerror = function () { finish("failed"); };
     w.postMessage({ urls: paths.map(function (p) { return root + p; }) });
   }

@@ -36,22 +36,20 @@
 // build (builder/pages.py). This worker stores them during its install event, in a cache of
 // their own ("guide-scripts-<hash of this list>"), and serves them from there offline.
 // Online it leaves them, and RUNTIME_MODULES, to the network: Chrome keeps the code it
-// compiled for a script beside the script's HTTP cache entry and runs a later page's copy
-// from it (from the third load of a classic script, the second of a module), which it does
-// not do for a script this worker answers (Chromium 156: nor for one stored at install,
-// which Chromium up to 155 compiled whole). Measured on ch04 (README, Benchmarks): BokehJS
-// ready about 150 ms sooner on the page, Python's runtime module compiled in 4-7 ms instead
-// of 65. A build that changes one of them changes this file: the new worker installs and
+// compiled for a script beside the script's HTTP cache entry once the script was loaded
+// twice, and runs a later page's copy from it, which it does not do for a script this
+// worker answers (Chromium 156: nor for one stored at install, which Chromium up to 155
+// compiled whole). Measured on ch04 (README, Benchmarks): BokehJS ready about 150 ms sooner
+// on the page, Python's runtime module compiled in 4-7 ms instead of 65. A build that changes one of them changes this file: the new worker installs and
 // stores them anew, and its activation deletes the older list's cache.
 const INSTALL_SCRIPTS = {};
 const INSTALL_MS = 20000;       // the longest storing them may hold up the install
 
 // The module scripts the page's Python worker imports that are big enough to matter (Pyodide's
-// pyodide.asm.js, 1.2 MB), written in by the build. Chrome keeps a module's compiled code
-// beside its Cache Storage entry once the module has run from there, so a page's worker
-// would compile pyodide.asm.js afresh on the first page served from a new offline copy (the
-// second page a reader opens). The message that a copy is saved names them ("compile"), and
-// the page runs them once from the copy (static/offline.js, static/compile.js).
+// pyodide.asm.js, 1.2 MB), written in by the build. Chrome keeps a script's compiled code
+// from its second load on, so the message that a copy is saved names them ("compile"), and
+// the page that saved it runs them, and its classic scripts, once more (static/offline.js,
+// static/compile.js): the reader's next page runs them from kept code.
 const RUNTIME_MODULES = [];
 const SCRIPTS_PREFIX = "guide-scripts-";
 const COPY_QUERY = "?copy";     // a request for one of them that the network must not answer

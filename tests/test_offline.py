@@ -34,6 +34,9 @@ KEPT_SNAPSHOT_JS = """async () => { for (const n of await caches.keys()) if (n.s
   && (await (await caches.open(n)).keys()).length === 2) return true; return false; }"""
 SCRIPT_CACHES_JS = "async () => (await caches.keys()).filter((n) => n.startsWith(\"guide-scripts-\"))"
 CACHED_URLS_JS = """async (name) => (await (await caches.open(name)).keys()).map(r => r.url)"""
+# each resource of the page: [url, deliveryType, whether the service worker had a fetch event for it]
+SCRIPT_DELIVERY_JS = """() => performance.getEntriesByType("resource").map(
+  (e) => [e.name, e.deliveryType || "", e.workerStart > 0])"""
 
 
 def cache_name(site: Path) -> str:
@@ -100,9 +103,9 @@ def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
     # service worker leaves to the network, fail, and the page and its Python worker take
     # them from the copy ("?copy"; the worker's module is not among the page's resources)
     page, log = visit(browser, base + FIRST["file"], FIRST["figures"], offline_state=None)
-    loaded = page.evaluate("performance.getEntriesByType('resource').map((e) => [e.name, e.deliveryType])")
+    loaded = page.evaluate(SCRIPT_DELIVERY_JS)
     for path in install_scripts(site_dir):
-        assert [base + path + "?copy", "cache-storage"] in loaded, (path, loaded)
+        assert [base + path + "?copy", "cache-storage", True] in loaded, (path, loaded)
     page.close()
     # the server is gone and the browser offline: nothing can come from the network
     browser.set_offline(True)
@@ -138,10 +141,6 @@ def page_runtime_module(site: Path) -> str:
     """The module sw.js has pages run once from a copy just saved (RUNTIME_MODULES)."""
     (path,) = json.loads(re.search(r"^const RUNTIME_MODULES = (\[.*?\]);$", (site / "sw.js").read_text(), re.M).group(1))
     return path
-
-
-SCRIPT_DELIVERY_JS = """() => performance.getEntriesByType("resource").map(
-  (e) => [e.name, e.deliveryType || "", e.workerStart > 0])"""
 
 
 def traced_compiles(ctx, url: str, figure_ids: list[str]) -> tuple[dict[str, dict], dict[str, list]]:

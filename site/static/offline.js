@@ -83,7 +83,10 @@
       frame.onload = function () { finish("done"); };   // (after its scripts ran)
       document.body.append(frame);
     }
-    w.onmessage = function (e) { if (e.data && e.data.ok) runScripts(); else finish("failed"); };
+    w.onmessage = function (e) {
+      w.terminate();                        // its module ran: the frame needs none of it
+      if (e.data && e.data.ok) runScripts(); else finish("failed");
+    };
     w.onerror = function () { finish("failed"); };
     w.postMessage({ urls: paths.map(function (p) { return root + p; }) });
   }

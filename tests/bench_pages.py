@@ -21,9 +21,10 @@ for both to be written, as a reader reading the page would):
 - redraw: controls moved 20 times, the page's figures taking turns (each figure's first
   slider, else its first menu or button group); time until the first of the figure's data or readouts
   changed (data), until the last of them changed (done), and until the next frame after
-  that was painted (painted), p50 and p95, on the first visit (cold runs:
-  the moves begin as the figures go live, while the browser keeps the snapshot and saves
-  the offline copy) and on a later visit (warm runs);
+  that was painted (painted), p50 and p95, on the first visit (cold runs: the moves begin
+  as the figures go live, as a reader's who waited for them; the page keeps the snapshot
+  and saves the offline copy once the moves have stopped for a second, static/guide.js
+  whenQuiet) and on a later visit (warm runs);
 - bytes: what the server sent on the first visit (compressed as served), and for the next
   chapter's page on the profile that has visited this one (first run only).
 Each run also checks the way it asked for was taken (window.__guide.boot).

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from builder import output, pages
 from builder.serve import serving
 from tests.browser import attach, chromium_context, wait_async, wait_states
 from tests.conftest import built_chapters
+from tests.figures import SET_JS, control_patch
 
 pytestmark = pytest.mark.browser
 
@@ -129,6 +131,63 @@ def test_every_chapter_goes_live_offline_after_one_visit(browser, site_dir):
     assert page.evaluate("document.documentElement.classList.contains('embed')")
     assert not page.locator(".offline-note").is_visible()
     page.close()
+
+
+REGISTERED_JS = "async () => !!(await navigator.serviceWorker.getRegistration())"
+NOTE_TEXT_JS = "() => (document.querySelector('.offline-note') || {}).textContent || ''"
+
+
+def keep_moving(page, figure_id: str, key: str, values: list, seconds: float, check=None) -> None:
+    """Move control `key` from value to value of `values`, one change every 200 ms, for
+    `seconds` (each change recomputes in Python); call `check()` after each."""
+    patches = [control_patch(figure_id, key, v, start=values[i - 1]) for i, v in enumerate(values)]
+    end = time.monotonic() + seconds
+    i = 1
+    while time.monotonic() < end:
+        page.evaluate(SET_JS, [figure_id, key, patches[i % len(values)]])
+        i += 1
+        page.wait_for_timeout(200)
+        if check:
+            check()
+
+
+def test_saving_for_later_waits_while_the_reader_moves_the_figures(browser, site_dir):
+    """A reader who moves a control as the figures go live, and goes on moving it, has the
+    machine to their figure's recomputation: nothing is saved for later (the service worker
+    is not registered, so no offline copy; the Python worker keeps no memory snapshot) until
+    they leave the figures alone for a second, and no sooner than 3 s after the figures went
+    live (guide.js whenQuiet, worker.js). Then both are saved; a reader's changes while the
+    copy is being saved pause it (sw.js "reader"), and it completes once they stop."""
+    fid = "ch00-decode-meter"
+    assert fid in FIRST["figures"]
+    with serving(site_dir) as base:
+        page, log = visit(browser, base + FIRST["file"], FIRST["figures"], offline_state=None)
+
+        def nothing_saved() -> None:
+            assert not page.evaluate(REGISTERED_JS)
+            assert page.evaluate(OFFLINE_JS) is None
+            assert not page.evaluate(KEPT_SNAPSHOT_JS)
+
+        nothing_saved()
+        keep_moving(page, fid, "batch", [64, 1], 5.0, nothing_saved)
+        page.wait_for_function(f"({OFFLINE_JS})() === 'saving'", timeout=60000, polling=20)
+        # the copy under way: the reader moves again; once the files in flight are stored
+        # (the first second), it goes no further until they stop
+        keep_moving(page, fid, "batch", [64, 1], 1.0)
+        held = page.evaluate(NOTE_TEXT_JS)
+
+        def copy_held() -> None:
+            assert page.evaluate(NOTE_TEXT_JS) == held
+
+        keep_moving(page, fid, "batch", [64, 1], 2.0, copy_held)
+        assert page.evaluate(OFFLINE_JS) == "saving" and held.startswith("Saving the guide"), held
+        page.wait_for_function(f"({OFFLINE_JS})() === 'ready'", timeout=120000, polling=100)
+        wait_async(page, KEPT_SNAPSHOT_JS, timeout_s=60)
+        name = cache_name(site_dir)
+        cached = sorted(u[len(base):] for u in page.evaluate(CACHED_URLS_JS, name))
+        assert cached == sorted(offline_files(site_dir) + ["MANIFEST.json"])
+        assert log.errors() == [] and log.off_site() == []
+        page.close()
 
 
 def install_scripts(site: Path) -> dict[str, str]:

@@ -45,6 +45,37 @@ function setState(fig, state, text) {
   fig.status.textContent = pending ? `${text} ${pending}` : text;
 }
 
+// ------------------------------------------------------------------ the reader first
+
+// What a page does for the reader's later pages (the offline copy and the scripts' second
+// run: offline.js; keeping the memory snapshot: worker.js, which watches the changes it is
+// sent) waits until AFTER_LIVE_MS after the last figure went live, when a reader who waited
+// for the figures begins to move them, and until the reader has left the figures alone for
+// QUIET_MS: their changes have the machine to their own recomputation. G.whenQuiet(fn)
+// calls fn then; G.readerChange() marks a reader's change and tells the listeners added
+// with G.onReaderChange (offline.js: the service worker pauses its copy meanwhile).
+const QUIET_MS = 1000;
+const AFTER_LIVE_MS = 3000;
+let lastChange = -Infinity;
+let lastLive = -Infinity;
+const changeListeners = [];
+G.onReaderChange = (fn) => { changeListeners.push(fn); };
+G.readerChange = () => {
+  lastChange = performance.now();
+  for (const fn of changeListeners) fn();
+};
+G.whenQuiet = (fn) => {
+  const check = () => {
+    const left = Math.max(lastChange + QUIET_MS, lastLive + AFTER_LIVE_MS) - performance.now();
+    if (left > 0) setTimeout(check, left); else fn();
+  };
+  check();
+};
+for (const type of ["pointerdown", "keydown"]) {     // a drag or a key press begins before its change
+  document.addEventListener(type, (e) => { if (e.target.closest?.("[data-figure]")) G.readerChange(); },
+                            { capture: true, passive: true });
+}
+
 readLink(FIGS);
 initSharing(FIGS);
 for (const fig of FIGS.values()) setState(fig, fig.el.dataset.state, fig.status.textContent);
@@ -205,6 +236,7 @@ function sendChange(fig, event) {
     noteChangeFromPython(event);
     return;
   }
+  G.readerChange();
   if (busy) {
     if (event.model && event.attr) queue = queue.filter((e) => !(e.model === event.model && e.attr === event.attr));
     queue.push(event);
@@ -297,6 +329,7 @@ async function onRender(msg) {
 function becameLive(fig) {
   observer.unobserve(fig.el);
   fig.live = true;
+  lastLive = performance.now();
   setState(fig, "live", LIVE);
   if (fig.bar) fig.bar.hidden = true;
   mark(`live:${fig.id}`);

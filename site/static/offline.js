@@ -1,8 +1,9 @@
 // Offline reading: registers the guide's service worker (sw.js at the site's root) once the
-// page's figures are live (or have failed), when the browser is idle, so saving the guide
-// never competes with the first load; then shows what the worker reports in a small note
-// ("Saving the guide for offline reading: 40%", "Available offline", "A newer version of
-// the guide is available: reload"). Where service workers are unavailable (a page opened
+// page's figures are live (or have failed), when the browser is idle and the reader has
+// left the figures alone a moment (guide.js whenQuiet), so saving the guide never competes
+// with the first load or with a reader's first changes; then shows what the worker reports
+// in a small note ("Saving the guide for offline reading: 40%", "Available offline", "A
+// newer version of the guide is available: reload"). Where service workers are unavailable (a page opened
 // from file://, an insecure origin, a browser without them) it does nothing.
 (function () {
   "use strict";
@@ -24,6 +25,13 @@
   }
   var MB = function (n) { return (n / 1e6).toFixed(1); };
 
+  // fn once the reader has not changed a figure for a moment (guide.js); at once on a page
+  // whose figure script did not run
+  function quiet(fn) {
+    var G = window.__guide;
+    if (G && G.whenQuiet) G.whenQuiet(fn); else fn();
+  }
+
   sw.addEventListener("message", function (event) {
     var m = event.data;
     if (!m || m.type !== "offline") return;
@@ -43,7 +51,10 @@
       say("ready", "Available offline: you are reading the saved copy.");
     } else if (m.state === "ready") {
       say("ready", "Available offline: every chapter and its live figures open without a network.");
-      if (m.compile && m.compile.length) compileSaved(m.compile);
+      if (m.compile && m.compile.length) {
+        document.documentElement.dataset.compiled = "running";
+        quiet(function () { compileSaved(m.compile); });
+      }
     } else if (m.state === "failed") {
       say("failed", "Not saved for offline reading (" + m.message + ").");
     }
@@ -53,18 +64,20 @@
   // their own, and the page's classic scripts (BokehJS, Panel's bundle) once more in a hidden
   // frame, after a copy is saved: Chrome keeps the code it compiled for a script beside its
   // HTTP cache entry from the script's second load on, so the next page runs them from it.
-  // data-compiled on <html> says how it goes ("running", "done", "failed").
+  // Each of the two waits for the reader to leave the figures alone (the frame runs its
+  // scripts on the page's own thread). data-compiled on <html> says how it goes ("running",
+  // from the message that the copy is saved, then "done" or "failed").
   function compileSaved(paths) {
     var el = document.documentElement;
     var w;
-    el.dataset.compiled = "running";
     try {
       w = new Worker(root + "static/compile.js", { type: "module" });
     } catch (e) {
       el.dataset.compiled = "failed";
       return;
     }
-    var timer = setTimeout(function () { finish("failed"); }, 30000);
+    var fail = function () { finish("failed"); };
+    var timer = setTimeout(fail, 30000);    // for each of the two
     var frame = null;
     function finish(state) {
       clearTimeout(timer);
@@ -85,13 +98,30 @@
     }
     w.onmessage = function (e) {
       w.terminate();                        // its module ran: the frame needs none of it
-      if (e.data && e.data.ok) runScripts(); else finish("failed");
+      if (!(e.data && e.data.ok)) return finish("failed");
+      clearTimeout(timer);
+      quiet(function () {
+        timer = setTimeout(fail, 30000);
+        runScripts();
+      });
     };
     w.onerror = function () { finish("failed"); };
     w.postMessage({ urls: paths.map(function (p) { return root + p; }) });
   }
 
+  // While a copy is being saved, it pauses for the reader's changes (sw.js, "reader"): each is
+  // told to the worker that controls the page, at most every TELL_MS.
+  var TELL_MS = 250;
+  var told = 0;
+  function tellReaderChange() {
+    var now = Date.now();
+    if (!sw.controller || document.documentElement.dataset.offline !== "saving" || now - told < TELL_MS) return;
+    told = now;
+    sw.controller.postMessage({ type: "reader" });
+  }
+
   function register() {
+    if (window.__guide && window.__guide.onReaderChange) window.__guide.onReaderChange(tellReaderChange);
     // A newer worker that installs meanwhile replaces the one asked below, which may then
     // stop before it answers: ask the one that takes the page over as well.
     sw.addEventListener("controllerchange", function () {
@@ -107,8 +137,9 @@
   }
 
   function whenIdle() {
-    if (window.requestIdleCallback) requestIdleCallback(register, { timeout: 5000 });
-    else setTimeout(register, 1000);
+    var go = function () { quiet(register); };
+    if (window.requestIdleCallback) requestIdleCallback(go, { timeout: 5000 });
+    else setTimeout(go, 1000);
   }
 
   // Wait until every figure is live or has failed (a page without figures: its load).

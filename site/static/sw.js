@@ -30,7 +30,9 @@
 // other host. Messages to pages: {type: "offline", state: "saving" | "ready" | "failed",
 // done, total, bytes, totalBytes, updated, reload, offline (the network is unreachable),
 // stale (a newer build could not be saved; the older copy stays), compile (paths of the
-// modules to run once from a copy just saved: RUNTIME_MODULES), message}.
+// modules to run once from a copy just saved: RUNTIME_MODULES), message}. Messages from
+// pages: {type: "sync"} (copy the newest build), {type: "reader"} (the page's reader just
+// changed a figure: the copy pauses until QUIET_MS have passed without one).
 
 // The pages' classic scripts (BokehJS and Panel's bundle), path -> sha256, written in by the
 // build (builder/pages.py). This worker stores them during its install event, in a cache of
@@ -64,6 +66,7 @@ const MANIFEST = "MANIFEST.json";
 const STORAGE_MS = 4000;        // the longest a Cache Storage call may take
 const MANIFEST_WAIT_MS = 1500;  // the longest a file waits for the manifest being fetched
 const PARALLEL = 4;             // files copied at once
+const QUIET_MS = 1000;          // a page's reader changed a figure this recently: the copy waits
 
 let storageBroken = "";         // why Cache Storage is not used any more ("" while it is)
 let current = null;             // the complete offline copy: {name, hash, files}
@@ -72,6 +75,7 @@ let latest = null;              // the newest manifest from the network: {hash, 
 let refreshing = null;          // the manifest fetch in flight
 let syncing = null;             // the copy in flight
 const fromCopy = new Set();     // ids of pages that were opened from the offline copy
+let readerAt = -Infinity;       // when a page last said its reader changed a figure ("reader")
 
 // ------------------------------------------------------------------ storage, with time limits
 
@@ -268,9 +272,17 @@ async function copyBuild(m) {
     tell(false);
   }
 
+  // Before each file, the copy waits until no page has said for QUIET_MS that its reader
+  // changed a figure (offline.js): their recomputation comes first.
+  const readerPause = async () => {
+    for (let left; (left = readerAt + QUIET_MS - Date.now()) > 0;) await new Promise((r) => setTimeout(r, left));
+  };
   const queue = [...todo];
   await Promise.all(Array.from({ length: PARALLEL }, async () => {
-    while (queue.length) await copyOne(queue.shift());
+    while (queue.length) {
+      await readerPause();
+      if (queue.length) await copyOne(queue.shift());
+    }
   }));
   // complete: the manifest goes in last
   await storage("cache.put", () => cache.put(ROOT + MANIFEST, new Response(m.text, { headers: { "Content-Type": "application/json" } })));
@@ -348,6 +360,7 @@ self.addEventListener("fetch", (event) => {
 
 self.addEventListener("message", (event) => {
   if (event.data && event.data.type === "sync") event.waitUntil(sync());
+  else if (event.data && event.data.type === "reader") readerAt = Date.now();
 });
 
 self.addEventListener("install", (event) => {

@@ -30,6 +30,17 @@ const loadErrors = [];
 
 let focus = [];   // figure ids in the order the page wants them built
 
+// Work done for later (rehearsing the controls, keeping the snapshot for the next page)
+// waits until the reader has sent no change for QUIET_MS; keeping the snapshot also until
+// AFTER_LIVE_MS after the figures went live (as the page's own work: guide.js whenQuiet).
+const QUIET_MS = 1000;
+const AFTER_LIVE_MS = 3000;
+let lastPatch = -Infinity;          // when the page last sent a reader's change
+function whenQuiet(fn) {
+  const left = lastPatch + QUIET_MS - performance.now();
+  if (left > 0) setTimeout(() => whenQuiet(fn), left); else fn();
+}
+
 let patchesSent = 0;
 function sendPatch(patch, buffers, figure) {
   patchesSent += 1;
@@ -38,9 +49,10 @@ function sendPatch(patch, buffers, figure) {
 
 // ---- Once every figure is live: controls moved to another value and back
 // (PageSession.rehearse), so that the browser has compiled the code a reader's first move
-// runs. One control per task, so a reader's change waits for one control at most: every
-// control of the figure nearest the viewport first (the "focus" order), then the next
-// figure's, until REHEARSAL_MS of the worker's time is spent.
+// runs. One control per task, so a reader's change waits for one control at most, and none
+// while the reader is changing things (their changes run that code anyway): every control
+// of the figure nearest the viewport first (the "focus" order), then the next figure's,
+// until REHEARSAL_MS of the worker's time is spent.
 const REHEARSAL_MS = 500;
 let builtFigures = null;           // the figures Python built, once it has built them all
 const linked = new Set();
@@ -66,9 +78,9 @@ function rehearseAll() {
     spent += performance.now() - t0;
     sent += patchesSent - before;
     if (failure) post({ type: "error", ...JSON.parse(failure) });
-    setTimeout(next, 0);
+    setTimeout(() => whenQuiet(next), 0);
   };
-  setTimeout(next, 0);
+  setTimeout(() => whenQuiet(next), 0);
 }
 
 // ---- Booting Python: restore the build's memory snapshot (static/snapshot.js,
@@ -329,11 +341,12 @@ function callPython(py, module, name, ...args) {
   }
 }
 
-// After the figures went live: keep the decompressed snapshot for the next page.
+// After the figures went live: keep the decompressed snapshot for the next page, once the
+// reader has left them alone for a moment.
 function afterLive() {
   const save = saveSnapshot;
   saveSnapshot = null;
-  if (save) setTimeout(() => within(30000, save(), null).catch(() => {}), 500);
+  if (save) setTimeout(() => whenQuiet(() => within(30000, save(), null).catch(() => {})), AFTER_LIVE_MS);
 }
 
 // ---- After boot: the page's figures.
@@ -397,6 +410,7 @@ self.onmessage = async (event) => {
     } else if (msg.type === "embed") {
       post({ type: "render", figure: msg.figure, doc: session.render(msg.figure), t: now() });
     } else if (msg.type === "patch") {
+      lastPatch = performance.now();
       try {
         const failure = session.apply_patch(msg.figure, msg.patch);
         if (failure) post({ type: "error", ...JSON.parse(failure) });

@@ -137,18 +137,20 @@ REGISTERED_JS = "async () => !!(await navigator.serviceWorker.getRegistration())
 NOTE_TEXT_JS = "() => (document.querySelector('.offline-note') || {}).textContent || ''"
 
 
-def keep_moving(page, figure_id: str, key: str, values: list, seconds: float, check=None) -> None:
-    """Move control `key` from value to value of `values`, one change every 200 ms, for
-    `seconds` (each change recomputes in Python); call `check()` after each."""
-    patches = [control_patch(figure_id, key, v, start=values[i - 1]) for i, v in enumerate(values)]
+def keep_moving(page, figure_id: str, key: str, values: list, at, seconds: float, check=None):
+    """Move control `key`, which is at `at` (one of `values`), to the next of `values` in
+    turn, one change every 200 ms, for `seconds` (each change recomputes in Python); call
+    `check()` after each. Returns the value it was left at."""
+    patches = {(a, b): control_patch(figure_id, key, b, start=a) for a in values for b in values if a != b}
     end = time.monotonic() + seconds
-    i = 1
     while time.monotonic() < end:
-        page.evaluate(SET_JS, [figure_id, key, patches[i % len(values)]])
-        i += 1
+        to = values[(values.index(at) + 1) % len(values)]
+        page.evaluate(SET_JS, [figure_id, key, patches[(at, to)]])
+        at = to
         page.wait_for_timeout(200)
         if check:
             check()
+    return at
 
 
 def test_saving_for_later_waits_while_the_reader_moves_the_figures(browser, site_dir):
@@ -169,17 +171,17 @@ def test_saving_for_later_waits_while_the_reader_moves_the_figures(browser, site
             assert not page.evaluate(KEPT_SNAPSHOT_JS)
 
         nothing_saved()
-        keep_moving(page, fid, "batch", [64, 1], 5.0, nothing_saved)
+        at = keep_moving(page, fid, "batch", [1, 64], 1, 5.0, nothing_saved)     # from the default, 1
         page.wait_for_function(f"({OFFLINE_JS})() === 'saving'", timeout=60000, polling=20)
         # the copy under way: the reader moves again; once the files in flight are stored
         # (the first second), it goes no further until they stop
-        keep_moving(page, fid, "batch", [64, 1], 1.0)
+        at = keep_moving(page, fid, "batch", [1, 64], at, 1.0)
         held = page.evaluate(NOTE_TEXT_JS)
 
         def copy_held() -> None:
             assert page.evaluate(NOTE_TEXT_JS) == held
 
-        keep_moving(page, fid, "batch", [64, 1], 2.0, copy_held)
+        keep_moving(page, fid, "batch", [1, 64], at, 2.0, copy_held)
         assert page.evaluate(OFFLINE_JS) == "saving" and held.startswith("Saving the guide"), held
         page.wait_for_function(f"({OFFLINE_JS})() === 'ready'", timeout=120000, polling=100)
         wait_async(page, KEPT_SNAPSHOT_JS, timeout_s=60)

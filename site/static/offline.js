@@ -3,8 +3,8 @@
 // left the figures alone a moment (guide.js whenQuiet), so saving the guide never competes
 // with the first load or with a reader's first changes; then shows what the worker reports
 // in a small note ("Saving the guide for offline reading: 40%", "Available offline", "A
-// newer version of the guide is available: reload"). Where service workers are unavailable (a page opened
-// from file://, an insecure origin, a browser without them) it does nothing.
+// newer version of the guide is available: reload"). Where service workers are unavailable
+// (a page opened from file://, an insecure origin, a browser without them) it does nothing.
 (function () {
   "use strict";
   var sw = navigator.serviceWorker;

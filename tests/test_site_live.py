@@ -373,6 +373,66 @@ def test_a_rehearsal_puts_back_a_control_that_another_control_moved():
     assert model_values(doc) == before and sent == []
 
 
+def test_a_change_between_the_two_halves_of_a_rehearsal_meets_the_figure_as_the_page_shows_it(monkeypatch):
+    """The worker rehearses a control in two tasks (PageSession.rehearse_move, then
+    rehearse_back), so a reader's change may come between them. A change to another figure
+    is applied and sent at once, and nothing of the half-rehearsed figure goes with it; a
+    change to the half-rehearsed figure puts its control back first, so each figure ends
+    exactly as a session that was never rehearsed would have it after the same changes, and
+    the page was sent only what the reader's changes did."""
+    import types
+
+    from bokeh.settings import settings
+    import panel as pn
+
+    from widgets import runtime
+
+    # apply_patch reads the page's patch with Panel's Pyodide helper, which needs the
+    # browser's `js` module; the patches here are plain Bokeh JSON already
+    monkeypatch.setitem(sys.modules, "panel.io.pyodide", types.SimpleNamespace(_convert_json_patch=lambda p: p))
+    load, latency = "ch05-load", "ch05-latency"
+    changes = [(latency, "prompt", 3000), (load, "prefill", 512)]
+    browser_info = pn.config.browser_info
+    try:
+        def session_with(rehearsed: bool):
+            session = runtime.PageSession()
+            sent = {load: [], latency: []}
+            session.send = lambda fid: sent[fid].extend(session.unshown(fid, session.held.pop(fid)) or []) \
+                or session.held.setdefault(fid, [])
+            for fid in (latency, load):
+                assert "error" not in json.loads(session.build(fid))
+                session.link(fid, None)
+                sent[fid].clear()
+            if rehearsed:
+                assert session.rehearse_move(load, "rate") is None
+                assert session.views[load].controls["rate"].value != 20 and load in session.away
+                assert sent[load] == []
+            for n, (fid, key, value) in enumerate(changes):
+                widget = session.views[fid].controls[key]
+                model = next(m for m, _ in widget._models.values() if m.document is session.docs[fid])
+                patch = {"events": [{"kind": "ModelChanged", "model": {"id": model.id}, "attr": k, "new": v}
+                                    for k, v in control_patch(fid, key, value).items()]}
+                assert session.apply_patch(fid, patch) is None
+                if rehearsed and n == 0:    # the other figure's change went; the rehearsed one waits
+                    assert sent[latency] and sent[load] == [] and load in session.away
+            assert not session.away
+            assert session.views[load].controls["rate"].value == 20
+            # (Panel names its layouts from a counter of every object it made in the process)
+            return ({fid: re.sub(r'"name": "(Column|Row)\d+"', "", model_values(session.docs[fid])) for fid in sent},
+                    {fid: sorted((type(e).__name__, e.model.id, getattr(e, "attr", None)) for e in events)
+                     for fid, events in sent.items()})
+
+        plain_values, plain_sent = session_with(rehearsed=False)
+        runtime._PREBUILT.clear()
+        rehearsed_values, rehearsed_sent = session_with(rehearsed=True)
+        assert rehearsed_values == plain_values
+        assert rehearsed_sent == plain_sent and plain_sent[load] and plain_sent[latency]
+    finally:
+        runtime._PREBUILT.clear()
+        settings.simple_ids.unset_value()
+        pn.config.browser_info = browser_info
+
+
 def fingerprint_differs(fid: str):
     """A route handler serving the page with figure `fid`'s preview fingerprint changed,
     as if Python had built other models than the build did."""

@@ -259,6 +259,8 @@ class PageSession:
         self.held: dict = {}                # figure id -> its changes not yet sent
         self.shown: dict = {}               # figure id -> {source id: the columns the page has}
         self.applying = False               # inside apply_patch: changes wait for its end
+        self.away: dict = {}                # figure id -> a rehearsal's (controls, their values, first
+                                            # old values): between rehearse_move and rehearse_back
 
     def build(self, figure_id: str) -> str:
         """Build one figure (or take it from `prebuild`); JSON {"figure", "fingerprint"}
@@ -325,7 +327,7 @@ class PageSession:
                     self.shown.get(figure_id, {}).pop(getattr(event.model, "id", None), None)
                 return
             self.held[figure_id].append(event)
-            if not self.applying:
+            if not self.applying and figure_id not in self.away:
                 self.send(figure_id)
 
         with set_curdoc(doc):
@@ -376,11 +378,12 @@ class PageSession:
 
     def apply_patch(self, figure_id: str, patch) -> str | None:
         """Apply a patch from the page (a reader's change), then send what it changed; return
-        an error text on failure."""
+        an error text on failure. A rehearsal of the figure half done (`rehearse_move`)
+        is finished first, so the change applies to what the page shows."""
         from panel.io.pyodide import _convert_json_patch
         from panel.io.state import set_curdoc, state
 
-        failure = None
+        failure = self.rehearse_back(figure_id)
         self.applying = True
         try:
             doc = self.docs[figure_id]
@@ -394,6 +397,8 @@ class PageSession:
         finally:
             self.applying = False
         for fid in self.senders:        # what the change did, as one patch per figure
+            if fid in self.away:        # (a rehearsal half done: rehearse_back sends)
+                continue
             try:
                 self.send(fid)
             except Exception as exc:
@@ -417,20 +422,33 @@ class PageSession:
         The browser compiles the WebAssembly of a Python code path when it first runs, so
         a reader's first move of a control took several times as long as the next ones
         (ch07 in headless Chromium on 2 cores: 50-140 ms against 20-55 ms). Once every
-        figure is live the page's worker rehearses one control at a time, so a reader's
-        own change waits for one control's rehearsal at most.
+        figure is live the page's worker rehearses one control at a time, in two tasks
+        (`rehearse_move`, then `rehearse_back`): a reader's change to another figure waits
+        for one of the two at most, one to this figure for the rest of the move and the
+        move back (`apply_patch`).
         """
+        failure = None
+        for key in (json.loads(self.rehearsal(figure_id)) if keys is None else keys):
+            failure = self.rehearse_move(figure_id, key) or failure
+            failure = self.rehearse_back(figure_id) or failure
+        return failure
+
+    def rehearse_move(self, figure_id: str, key: str) -> str | None:
+        """The first half of rehearsing control `key` of a linked figure: move it to another
+        value, as a reader's change would (`rehearse`). Until `rehearse_back`, the figure's
+        changes are held, not sent (the page keeps showing the control where it was); a
+        patch from the page for this figure puts the control back first (`apply_patch`)."""
         from panel.io.state import set_curdoc, state
 
         from widgets.state import other_value
 
         if figure_id not in self.senders:
             return None
+        self.rehearse_back(figure_id)   # (the worker always ends one before it starts another)
         if self.held[figure_id]:         # changes not sent yet go first, as they are
             self.send(figure_id)
         doc = self.docs[figure_id]
         controls = {k: self.views[figure_id].controls[k] for k in json.loads(self.rehearsal(figure_id))}
-        start = {k: w.value for k, w in controls.items()}
         first_old: dict = {}            # (model id, property) -> its value before the rehearsal
         notify = doc.callbacks.notify_change
 
@@ -438,21 +456,42 @@ class PageSession:
             first_old.setdefault((model.id, attr), old)
             return notify(model, attr, old, *args, **kwargs)
 
-        failure = None
-        self.applying = True
+        self.away[figure_id] = (controls, {k: w.value for k, w in controls.items()}, first_old)
         doc.callbacks.notify_change = noting
+        self.applying = True
         try:
             state.curdoc = doc
             with set_curdoc(doc):
-                for key in (list(controls) if keys is None else list(keys)):
-                    _set_from_page(doc, controls[key], other_value(controls[key]))
-                    for k, w in controls.items():     # back, with any control the move changed
-                        if w.value != start[k]:
-                            _set_from_page(doc, w, start[k])
+                _set_from_page(doc, controls[key], other_value(controls[key]))
+        except Exception as exc:
+            return _failure(figure_id, exc)
+        finally:
+            self.applying = False
+        return None
+
+    def rehearse_back(self, figure_id: str) -> str | None:
+        """The second half (`rehearse_move`): put back every control of the figure that is
+        not where it was, with any the move changed, and send the page only what ended up
+        different. Nothing to do when no rehearsal of the figure is under way."""
+        from panel.io.state import set_curdoc, state
+
+        if figure_id not in self.away:
+            return None
+        controls, start, first_old = self.away[figure_id]
+        doc = self.docs[figure_id]
+        failure = None
+        self.applying = True
+        try:
+            state.curdoc = doc
+            with set_curdoc(doc):
+                for k, w in controls.items():
+                    if w.value != start[k]:
+                        _set_from_page(doc, w, start[k])
         except Exception as exc:
             failure = _failure(figure_id, exc)
         finally:
             del doc.callbacks.notify_change
+            del self.away[figure_id]
             self.applying = False
             moved, self.held[figure_id] = self.held[figure_id], [
                 e for e in self.held[figure_id] if not _back_as_it_was(e, first_old)]

@@ -49,10 +49,12 @@ function sendPatch(patch, buffers, figure) {
 
 // ---- Once every figure is live: controls moved to another value and back
 // (PageSession.rehearse), so that the browser has compiled the code a reader's first move
-// runs. One control per task, so a reader's change waits for one control at most, and none
-// while the reader is changing things (their changes run that code anyway): every control
-// of the figure nearest the viewport first (the "focus" order), then the next figure's,
-// until REHEARSAL_MS of the worker's time is spent.
+// runs. Each control in two tasks, the move (rehearse_move) and the move back
+// (rehearse_back), so a reader's change waits for one of them at most (a change to the
+// same figure, for the move back too), and none while the reader is changing things (their
+// changes run that code anyway): every control of the figure nearest the viewport first
+// (the "focus" order), then the next figure's, until REHEARSAL_MS of the worker's time is
+// spent.
 const REHEARSAL_MS = 500;
 let builtFigures = null;           // the figures Python built, once it has built them all
 const linked = new Set();
@@ -72,15 +74,19 @@ function rehearseAll() {
       return;
     }
     const [id, key] = item;
+    step(() => session.rehearse_move(id, key));
+    later(() => { step(() => session.rehearse_back(id)); later(next); });
+  };
+  const later = (fn) => setTimeout(() => whenQuiet(fn), 0);     // a task of its own, the reader quiet
+  const step = (call) => {
     const t0 = performance.now();
     const before = patchesSent;
-    const failure = session.rehearse(id, [key]);
+    const failure = call();
     spent += performance.now() - t0;
     sent += patchesSent - before;
     if (failure) post({ type: "error", ...JSON.parse(failure) });
-    setTimeout(() => whenQuiet(next), 0);
   };
-  setTimeout(() => whenQuiet(next), 0);
+  later(next);
 }
 
 // ---- Booting Python: restore the build's memory snapshot (static/snapshot.js,

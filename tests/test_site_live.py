@@ -285,6 +285,19 @@ def model_values(doc) -> str:
                        for m in doc.models}, sort_keys=True, default=repr)
 
 
+def record_sends(session, figure_ids: list) -> dict:
+    """Make `session` keep what it would send the page instead of sending it: {figure id:
+    the events sent, less what the page has already (`unshown`)}."""
+    sent = {fid: [] for fid in figure_ids}
+
+    def send(fid):
+        events, session.held[fid] = session.held[fid], []
+        sent[fid].extend(session.unshown(fid, events))
+
+    session.send = send
+    return sent
+
+
 REHEARSE_CASES = [(fid, None) for fid in sorted(widgets.FIGURES)] + [
     (fid, next(iter(states))) for fid in sorted(widgets.FIGURES)
     if (states := named_states(importlib.import_module(widgets.FIGURES[fid])))]
@@ -311,9 +324,7 @@ def test_a_rehearsal_moves_every_control_and_leaves_the_figure_as_the_page_has_i
         view = session.views[figure_id]
         if state:
             apply_state(view, **named_states(importlib.import_module(widgets.FIGURES[figure_id]))[state])
-        sent, moves = [], []
-        session.send = lambda fid: sent.extend(session.unshown(fid, session.held.pop(fid)) or []) \
-            or session.held.setdefault(fid, [])
+        sent, moves = record_sends(session, [figure_id])[figure_id], []
         session.link(figure_id, None)
         sent.clear()                       # (a named state's changes, held until linking)
         for key, widget in view.controls.items():
@@ -360,9 +371,7 @@ def test_a_rehearsal_puts_back_a_control_that_another_control_moved():
     session = runtime.PageSession()
     fid = view.figure_id
     session.docs[fid], session.roots[fid], session.views[fid] = doc, doc.roots[0], view
-    sent, seen = [], []
-    session.send = lambda f: sent.extend(session.unshown(f, session.held.pop(f)) or []) \
-        or session.held.setdefault(f, [])
+    sent, seen = record_sends(session, [fid])[fid], []
     session.link(fid, None)
     sent.clear()
     fmt.param.watch(lambda event: seen.append(event.new), "value")
@@ -396,9 +405,7 @@ def test_a_change_between_the_two_halves_of_a_rehearsal_meets_the_figure_as_the_
     try:
         def session_with(rehearsed: bool):
             session = runtime.PageSession()
-            sent = {load: [], latency: []}
-            session.send = lambda fid: sent[fid].extend(session.unshown(fid, session.held.pop(fid)) or []) \
-                or session.held.setdefault(fid, [])
+            sent = record_sends(session, [load, latency])
             for fid in (latency, load):
                 assert "error" not in json.loads(session.build(fid))
                 session.link(fid, None)

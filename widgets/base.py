@@ -253,8 +253,8 @@ def plain_glyphs(plot) -> None:
     selection tool and no muting legend (tests/test_figure_api.py checks it), so those
     looks are never drawn. Without them BokehJS drew ch04's previews 0.12-0.17 s sooner
     in two runs (the first left out the "auto" looks only), ch09's 0.16 s sooner in one
-    and as soon in the other (tests/bench_previews.py, variant plain-glyphs; README,
-    Benchmarks).
+    and as soon in the other (tests/bench_previews.py, variant plain-glyphs; BENCHMARKS.md,
+    The last changes).
     """
     for r in plot.renderers:
         if isinstance(r, GlyphRenderer):

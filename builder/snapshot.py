@@ -17,7 +17,8 @@ hold (a changed wheel, sim/ or widgets/ makes another name):
   snapshot-<id>.json     the shared libraries to replay, the function table's size, ...
 
 and, for hosts that serve precompressed copies, snapshot-<id>.bin.br and files-<id>.bin.br:
-brotli copies (about a fifth smaller) of <name>.bin, a file not shipped itself. The worker
+brotli copies (a third and a quarter smaller than the gzip ones) of <name>.bin, a file not
+shipped itself. The worker
 asks for <name>.bin first; a host that negotiates (Accept-Encoding) sends the .br or the .gz
 copy with Content-Encoding and the browser decodes it; a host that does not answers 404 and
 the worker fetches <name>.bin.gz and gunzips it.
@@ -45,6 +46,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from builder import common
@@ -55,8 +57,14 @@ SCRIPT = ROOT / "builder" / "snapshot.mjs"
 CONTRACT = common.SITE_SRC / "static" / "snapshot.js"     # shared by snapshot.mjs and the worker
 STEPS_VERSION = "5"        # bump when what snapshot.mjs or this module writes changes
 GZIP_LEVEL = 6             # -9 is 6x slower for 1% less
-BROTLI = {"quality": 9, "lgwin": 24}   # the memory 24% smaller than gzip, in 21 s on 2 cores (quality 6:
-                                      # 3.6% bigger, 0.65 MB more per first visit, in 3 s); the browser decodes it
+# Brotli at its best: the copy a browser fetches on a first visit, and decodes as fast at
+# any quality (77.5 MB of memory in 0.26 s in CPython at 9 and at 11). The memory at 11:
+# 14.70 MB, against 17.18 MB at 9 and 15.39 MB at 10, in 162-169 s on one core of this
+# 2-core machine (about 20 s at 9, 102 s at 10); the installed files 3.67 MB, against 4.02
+# at 9, in 26 s. So a first visit sends 2.8 MB less for about 2.5 minutes more of a build
+# that makes a new snapshot (only when a wheel, sim/ or widgets/ changed; the four copies
+# are compressed at once, on as many cores as there are).
+BROTLI = {"quality": 11, "lgwin": 24}
 NODE_TIMEOUT_S = 600
 FILES_MAGIC = b"GUIDEFS1"  # static/snapshot.js's file pack
 SNAPSHOT_MAGIC = bytes([0x00, 0x73, 0x6E, 0x70])   # Pyodide's snapshot header (static/snapshot.js)
@@ -81,7 +89,8 @@ def inputs_digest(pyo: Path, node_ver: str) -> str:
     """sha256 of everything the snapshot is made of: the runtime and every wheel (pyo),
     the scripts that make it, Node's version and the settings."""
     h = hashlib.sha256()
-    for part in (STEPS_VERSION, node_ver, GUIDE_PACKAGE, PANEL_CDN_ROOT):
+    for part in (STEPS_VERSION, node_ver, GUIDE_PACKAGE, PANEL_CDN_ROOT,
+                 json.dumps({"gzip": GZIP_LEVEL, "brotli": BROTLI}, sort_keys=True)):
         h.update(part.encode() + b"\0")
     for p in [SCRIPT, CONTRACT] + sorted(q for q in pyo.iterdir() if q.is_file() and q.suffix != ".gz"):
         h.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
@@ -178,6 +187,18 @@ def brotli_bytes(data: bytes) -> bytes:
     return brotli.compress(data, **BROTLI)
 
 
+def compress_all(folder: Path, parts: dict[str, bytes]) -> None:
+    """<name>.gz and <name>.br in `folder` for each of `parts`, compressed at once on up to
+    as many threads as cores (zlib and brotli let go of the GIL while they work), the
+    longest job (the memory's brotli copy) first."""
+    jobs = [(f"{name}.{ext}", fn, data) for name, data in sorted(parts.items(), key=lambda kv: -len(kv[1]))
+            for ext, fn in (("br", brotli_bytes), ("gz", gzip_bytes))]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        done = {out: pool.submit(fn, data) for out, fn, data in jobs}
+        for out, job in done.items():
+            (folder / out).write_bytes(job.result())
+
+
 def pinned_env() -> dict:
     """The builder's environment with the time zone and locale fixed: both can change what
     Node's runtime allocates, and so where everything lands in the snapshot's memory."""
@@ -227,9 +248,7 @@ def make_cached(pyo: Path) -> Path:
             run_node(pyo, work / "raw")
             memory, files, meta = finish(work / "raw", pyo)
             digest = {"id": content_id(memory, files, meta), "memory_size": len(memory), "files_size": len(files)}
-            for name, data in (("memory", memory), ("files", files)):
-                (work / f"{name}.gz").write_bytes(gzip_bytes(data))
-                (work / f"{name}.br").write_bytes(brotli_bytes(data))
+            compress_all(work, {"memory": memory, "files": files})
             (work / "meta.json").write_bytes(meta)
             shutil.rmtree(work / "raw")
             for name in CACHED:

@@ -76,7 +76,7 @@ def test_the_zero_pages_at_the_top_of_the_memory_are_left_out():
         snapshot.trim_memory(b"junk" + bytes(page))
 
 
-def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path):
+def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path, monkeypatch):
     pyo = tmp_path / "pyodide"
     shutil.copytree(site_dir / common.PYO, pyo)
     base = snapshot.inputs_digest(pyo, "v20")
@@ -88,6 +88,10 @@ def test_snapshot_name_and_cache_key_follow_every_input(site_dir, tmp_path):
     (pyo / "pyodide.asm.wasm.gz").write_bytes(b"not an input")    # compressed copies are not inputs
     changed = snapshot.inputs_digest(pyo, "v20")
     (pyo / "pyodide.asm.wasm.gz").unlink()
+    assert snapshot.inputs_digest(pyo, "v20") == changed
+    monkeypatch.setattr(snapshot, "BROTLI", {**snapshot.BROTLI, "quality": 9})     # how it is compressed
+    assert snapshot.inputs_digest(pyo, "v20") != changed
+    monkeypatch.undo()
     assert snapshot.inputs_digest(pyo, "v20") == changed
     a = snapshot.content_id(b"memory", b"files", b"meta")
     assert a != snapshot.content_id(b"memory", b"files", b"meta2")
@@ -168,3 +172,20 @@ def test_a_failing_snapshot_script_is_a_clear_build_error(tmp_path, monkeypatch)
         snapshot.make_snapshot(tmp_path / "site", "0" * 64)
     assert "this runtime is broken" in str(e.value) and "--no-snapshot" in str(e.value)
     assert not list((tmp_path / "cache" / "snapshot").glob(".making-*")), "a partial snapshot was left in the cache"
+
+
+def test_the_compressed_copies_decode_to_what_was_compressed(tmp_path):
+    """compress_all writes a gzip and a brotli copy of each part (at once, on threads), each
+    decoding to its part, the same bytes each time."""
+    import brotli
+
+    parts = {"memory": bytes(range(256)) * 4000 + b"tail", "files": b"GUIDEFS1" + bytes(5000)}
+    for out in (tmp_path / "a", tmp_path / "b"):
+        out.mkdir()
+        snapshot.compress_all(out, parts)
+    for name, data in parts.items():
+        assert gzip.decompress((tmp_path / "a" / f"{name}.gz").read_bytes()) == data
+        assert brotli.decompress((tmp_path / "a" / f"{name}.br").read_bytes()) == data
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["files.br", "files.gz", "memory.br", "memory.gz"]
+    for p in (tmp_path / "a").iterdir():
+        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes()

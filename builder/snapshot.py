@@ -18,8 +18,7 @@ hold (a changed wheel, sim/ or widgets/ makes another name):
 
 and, for hosts that serve precompressed copies, snapshot-<id>.bin.br and files-<id>.bin.br:
 brotli copies (a third and a quarter smaller than the gzip ones) of <name>.bin, a file not
-shipped itself. The worker
-asks for <name>.bin first; a host that negotiates (Accept-Encoding) sends the .br or the .gz
+shipped itself. The worker asks for <name>.bin first; a host that negotiates (Accept-Encoding) sends the .br or the .gz
 copy with Content-Encoding and the browser decodes it; a host that does not answers 404 and
 the worker fetches <name>.bin.gz and gunzips it.
 
@@ -59,11 +58,11 @@ STEPS_VERSION = "5"        # bump when what snapshot.mjs or this module writes c
 GZIP_LEVEL = 6             # -9 is 6x slower for 1% less
 # Brotli at its best: the copy a browser fetches on a first visit, and decodes as fast at
 # any quality (77.5 MB of memory in 0.26 s in CPython at 9 and at 11). The memory at 11:
-# 14.70 MB, against 17.18 MB at 9 and 15.39 MB at 10, in 162-169 s on one core of this
-# 2-core machine (102 s at 10; at 9, 16 MB of it in 1.8 s); the installed files 3.67 MB, against 4.02
-# at 9, in 26 s. So a first visit sends 2.8 MB less for about 2.5 minutes more of a build
-# that makes a new snapshot (only when a wheel, sim/ or widgets/ changed; the four copies
-# are compressed at once, on as many cores as there are).
+# 14.70 MB, against 17.18 MB at 9 and 15.39 MB at 10, in 162-169 s on one core of a 2-core
+# machine (102 s at 10; at 9, 16 MB of it in 1.8 s); the installed files 3.67 MB, against
+# 4.02 at 9, in 26 s. So a first visit sends 2.8 MB less for about 2.5 minutes more of a
+# build that makes a new snapshot (only when a wheel, sim/ or widgets/ changed; the four
+# copies are compressed at once, on as many cores as there are).
 BROTLI = {"quality": 11, "lgwin": 24}
 NODE_TIMEOUT_S = 600
 FILES_MAGIC = b"GUIDEFS1"  # static/snapshot.js's file pack

@@ -9,8 +9,8 @@ runtime is one function of 1.2 MB (`pyodide.asm.js`): in devtools traces of a la
 to ch12, the Python worker spent 140 ms in `V8.CollectSourcePositions` with Playwright
 attached (117 ms of it in one go, parsing that function again) and 20 ms without, and was
 busy 0.80 s against 0.58 s before the page went live. Timed both ways, alternating
-(BENCHMARKS.md, Timing without an inspector), pages went live up to 0.4 s sooner without the inspector, some no
-sooner. So the benchmarks time page loads through this driver: it attaches to the page
+(BENCHMARKS.md, Timing without an inspector), pages went live up to 0.4 s sooner without
+the inspector, some no sooner. So the benchmarks time page loads through this driver: it attaches to the page
 alone and only evaluates expressions in it (`Runtime.evaluate` needs no domain enabled);
 the page's own marks (`window.__guide.timing`) give the times.
 

@@ -41,9 +41,10 @@
 // compiled for a script beside the script's HTTP cache entry once the script was loaded
 // twice, and runs a later page's copy from it, which it does not do for a script this
 // worker answers (Chromium 156: nor for one stored at install, which Chromium up to 155
-// compiled whole). Measured on ch04 (BENCHMARKS.md, the big scripts): BokehJS ready about 150 ms sooner
-// on the page, Python's runtime module compiled in 4-7 ms instead of 65. A build that changes one of them changes this file: the new worker installs and
-// stores them anew, and its activation deletes the older list's cache.
+// compiled whole). Measured on ch04 (BENCHMARKS.md, The big scripts from the HTTP cache):
+// BokehJS ready about 150 ms sooner on the page, Python's runtime module compiled in 4-7 ms
+// instead of 65. A build that changes one of them changes this file: the new worker
+// installs and stores them anew, and its activation deletes the older list's cache.
 const INSTALL_SCRIPTS = {};
 const INSTALL_MS = 20000;       // the longest storing them may hold up the install
 

@@ -258,7 +258,7 @@ class PageSession:
         self.senders: dict = {}             # figure id -> send_patch, once linked
         self.held: dict = {}                # figure id -> its changes not yet sent
         self.shown: dict = {}               # figure id -> {source id: the columns the page has}
-        self.applying = False               # inside apply_patch: changes wait for its end
+        self.applying = False               # inside _from_page: changes wait for its end
         self.away: dict = {}                # figure id -> a rehearsal's (controls, their values, first
                                             # old values): between rehearse_move and rehearse_back
 
@@ -376,26 +376,35 @@ class PageSession:
             out.append(e)
         return out
 
+    @contextlib.contextmanager
+    def _from_page(self, doc):
+        """Change `doc` as a change from the page does: it is Panel's current document (Panel
+        dispatches model updates at once only for the current document, a context variable,
+        which calls from JavaScript do not carry over), and the figures' changes are held
+        until the end (`applying`), then sent by the caller."""
+        from panel.io.state import set_curdoc, state
+
+        self.applying = True
+        try:
+            state.curdoc = doc
+            with set_curdoc(doc):
+                yield
+        finally:
+            self.applying = False
+
     def apply_patch(self, figure_id: str, patch) -> str | None:
         """Apply a patch from the page (a reader's change), then send what it changed; return
         an error text on failure. A rehearsal of the figure half done (`rehearse_move`)
         is finished first, so the change applies to what the page shows."""
         from panel.io.pyodide import _convert_json_patch
-        from panel.io.state import set_curdoc, state
 
         failure = self.rehearse_back(figure_id)
-        self.applying = True
         try:
             doc = self.docs[figure_id]
-            # Panel dispatches model updates at once only for the current document
-            # (a context variable, which calls from JavaScript do not carry over).
-            state.curdoc = doc
-            with set_curdoc(doc):
+            with self._from_page(doc):
                 doc.apply_json_patch(_convert_json_patch(patch), setter="js")
         except Exception as exc:
             failure = _failure(figure_id, exc)
-        finally:
-            self.applying = False
         for fid in self.senders:        # what the change did, as one patch per figure
             if fid in self.away:        # (a rehearsal half done: rehearse_back sends)
                 continue
@@ -438,8 +447,6 @@ class PageSession:
         value, as a reader's change would (`rehearse`). Until `rehearse_back`, the figure's
         changes are held, not sent (the page keeps showing the control where it was); a
         patch from the page for this figure puts the control back first (`apply_patch`)."""
-        from panel.io.state import set_curdoc, state
-
         from widgets.state import other_value
 
         if figure_id not in self.senders:
@@ -458,32 +465,24 @@ class PageSession:
 
         self.away[figure_id] = (controls, {k: w.value for k, w in controls.items()}, first_old)
         doc.callbacks.notify_change = noting
-        self.applying = True
         try:
-            state.curdoc = doc
-            with set_curdoc(doc):
+            with self._from_page(doc):
                 _set_from_page(doc, controls[key], other_value(controls[key]))
         except Exception as exc:
             return _failure(figure_id, exc)
-        finally:
-            self.applying = False
         return None
 
     def rehearse_back(self, figure_id: str) -> str | None:
         """The second half (`rehearse_move`): put back every control of the figure that is
         not where it was, with any the move changed, and send the page only what ended up
         different. Nothing to do when no rehearsal of the figure is under way."""
-        from panel.io.state import set_curdoc, state
-
         if figure_id not in self.away:
             return None
         controls, start, first_old = self.away[figure_id]
         doc = self.docs[figure_id]
         failure = None
-        self.applying = True
         try:
-            state.curdoc = doc
-            with set_curdoc(doc):
+            with self._from_page(doc):
                 for k, w in controls.items():
                     if w.value != start[k]:
                         _set_from_page(doc, w, start[k])
@@ -492,7 +491,6 @@ class PageSession:
         finally:
             del doc.callbacks.notify_change
             del self.away[figure_id]
-            self.applying = False
             moved, self.held[figure_id] = self.held[figure_id], [
                 e for e in self.held[figure_id] if not _back_as_it_was(e, first_old)]
         try:

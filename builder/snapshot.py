@@ -18,9 +18,10 @@ hold (a changed wheel, sim/ or widgets/ makes another name):
 
 and, for hosts that serve precompressed copies, snapshot-<id>.bin.br and files-<id>.bin.br:
 brotli copies (a third and a quarter smaller than the gzip ones) of <name>.bin, a file not
-shipped itself. The worker asks for <name>.bin first; a host that negotiates (Accept-Encoding) sends the .br or the .gz
-copy with Content-Encoding and the browser decodes it; a host that does not answers 404 and
-the worker fetches <name>.bin.gz and gunzips it.
+shipped itself. The worker asks for <name>.bin first; a host that negotiates
+(Accept-Encoding) sends the .br or the .gz copy with Content-Encoding and the browser
+decodes it; a host that does not answers 404 and the worker fetches <name>.bin.gz and
+gunzips it.
 
 The page's runtime config (builder/pages.py worker_config) names them with the runtime
 build they belong to (Pyodide version, build id, sha256 of pyodide.asm.wasm), so the worker

@@ -10,9 +10,9 @@ to ch12, the Python worker spent 140 ms in `V8.CollectSourcePositions` with Play
 attached (117 ms of it in one go, parsing that function again) and 20 ms without, and was
 busy 0.80 s against 0.58 s before the page went live. Timed both ways, alternating
 (BENCHMARKS.md, Timing without an inspector), pages went live up to 0.4 s sooner without
-the inspector, some no sooner. So the benchmarks time page loads through this driver: it attaches to the page
-alone and only evaluates expressions in it (`Runtime.evaluate` needs no domain enabled);
-the page's own marks (`window.__guide.timing`) give the times.
+the inspector, some no sooner. So the benchmarks time page loads through this driver: it
+attaches to the page alone and only evaluates expressions in it (`Runtime.evaluate` needs
+no domain enabled); the page's own marks (`window.__guide.timing`) give the times.
 
 The browser runs with `tests.browser.CHROME_ARGS` (nothing leaves the machine) plus the
 switches Playwright starts Chromium with that bear on a page's timing (no throttling of

@@ -57,6 +57,7 @@ from builder.serve import serve_forever
 from builder.slides import build_slides
 from builder.snapshot import make_snapshot
 from builder.wheels import build_guide_wheel, check_shipped_wheels
+from sim.cli import ArgumentParser, UsageError, fail, interrupted_status, one_line, shorten, stopped
 
 
 def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None, snapshot: bool = True) -> None:
@@ -104,8 +105,19 @@ def build(out: Path, pyodide_dir: Path | None = None, only: list[int] | None = N
     log(f"built {out} in {time.perf_counter() - t0:.1f} s")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def figure_ids(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def chapter_numbers(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{shorten(text)!r} is not a list of chapter numbers, e.g. 3,4") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pyodide-dir", type=Path, help="an official Pyodide 0.27.7 release folder "
                     "to take the core and wasm wheels from, instead of npm/PyPI")
     ap.add_argument("--out", type=Path, default=OUT, help="output folder (default _site/)")
@@ -114,37 +126,64 @@ def main() -> int:
     ap.add_argument("--verify", action="store_true", help="check an existing build against its MANIFEST.json")
     ap.add_argument("--export", action="store_true", help="also write the figures' pictures (PNG at 2x, SVG) "
                     "in their default and named states and self-contained pages (builder.export)")
-    ap.add_argument("--export-dir", type=Path, default=None, help="where --export writes (default _exports/)")
+    ap.add_argument("--export-dir", type=Path, default=None, help="where --export writes (default _exports/); "
+                    "a folder that is new, empty or holds an earlier export")
+    ap.add_argument("--figures", type=figure_ids, default=None, help="with --export: only these figure ids, "
+                    "e.g. ch04-batch-knee,ch05-load (default: every figure)")
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
     ap.add_argument("--no-snapshot", action="store_true", help="make no Pyodide memory snapshot (needs no "
                     "Node.js; every page then boots Python and imports its packages, several seconds slower)")
-    ap.add_argument("--chapters", type=lambda t: [int(x) for x in t.split(",")],
+    ap.add_argument("--chapters", type=chapter_numbers,
                     help="build only these chapter numbers, e.g. 3,4 (for working on a chapter)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = args.out.resolve()
     if args.verify:
         problems = verify_site(out)
         print("\n".join(problems) if problems else f"{out}: every file matches MANIFEST.json")
         return 1 if problems else 0
+    if args.figures is not None and not args.export:
+        ap.error("--figures is for --export")
     if not args.no_build:
         try:
             build(out, args.pyodide_dir, args.chapters, snapshot=not args.no_snapshot)
         except BuildError as e:
-            print(f"build failed: {e}\n(the previous site in {out} is unchanged)", file=sys.stderr)
+            print(f"build failed: {one_line(str(e))} (the previous site in {out} is unchanged)", file=sys.stderr)
             return 1
         except KeyboardInterrupt as e:
-            name = str(e) or "SIGINT"
-            print(f"build interrupted ({name}); the previous site in {out} is unchanged", file=sys.stderr)
-            return 128 + int(getattr(signal.Signals, name, signal.SIGINT))
+            status = interrupted_status(e)
+            print(f"build interrupted ({signal.Signals(status - 128).name}); the previous site in {out} is "
+                  f"unchanged", file=sys.stderr)
+            return status
     if args.export:
-        from builder.export import EXPORTS, export_figures
-        try:
-            export_figures((args.export_dir or EXPORTS).resolve())
-        except BuildError as e:
-            print(f"export failed: {e}", file=sys.stderr)
-            return 1
+        status = export(args.export_dir, args.figures)
+        if status:
+            return status
     if args.serve:
         return serve_forever(out, args.port)
+    return 0
+
+
+def export(export_dir: Path | None, ids: list[str] | None) -> int:
+    """`--export`: exit 0; 2 for a folder or figure id it cannot use, 1 for an export that
+    failed, 128 + the signal when stopped; one line on stderr for each but success."""
+    from builder.export import EXPORTS, export_figures
+
+    folder = (export_dir or EXPORTS).resolve()
+    prog = "build.py --export"
+    with signals_interrupt():
+        try:
+            export_figures(folder, ids)
+        except UsageError as e:
+            return fail(prog, str(e))
+        except BuildError as e:
+            return fail(prog, f"{e} ({folder} is as it was)", status=1)
+        except BaseException as e:          # a stop; Chromium's driver may die of the same Ctrl-C first
+            signum = stopped(e)
+            if signum is None:
+                raise
+            what = "holds the new export, whole" if getattr(e, "export_placed", False) else "is as it was"
+            print(f"{prog}: interrupted ({signal.Signals(signum).name}); {folder} {what}", file=sys.stderr)
+            return 128 + signum
     return 0
 
 

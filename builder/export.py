@@ -10,7 +10,8 @@ and once per figure
                        Panel's JS and its stylesheets inline, so it opens from a file with no
                        network (its controls show the state; moving them needs a Python kernel:
                        `python -m widgets serve <id>` or a notebook);
-plus index.html and index.json listing them.
+plus index.html and index.json listing them, and export-manifest.json, the files the export
+wrote: a later export into the same folder replaces or deletes only those (builder.export_folder).
 
 Each figure is built in CPython (widgets.figure), saved as a standalone page, and opened
 in the Debian Chromium the browser tests use (through Playwright) with every request
@@ -29,6 +30,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from builder.common import ROOT, BuildError, log
+from builder.export_folder import check_target, place, staging_folder
+from builder.output import fault_point
+from sim.cli import UsageError, signals_held
 
 EXPORTS = ROOT / "_exports"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -144,23 +148,71 @@ class Browser:
             raise BuildError(f"{page_file.name}: page errors {errors}, network requests {self.refused}")
         return box
 
-    def __exit__(self, *exc):
-        self.ctx.close()
-        self._browser.close()
-        self._pw.stop()
+    def __exit__(self, exc_type, exc, tb):
+        # after an error or a stop, Chromium or its driver may be gone already (a Ctrl-C
+        # reaches them too): closing then must not replace the exception that ended the export
+        for close in (self.ctx.close, self._browser.close, self._pw.stop):
+            try:
+                close()
+            except Exception:
+                if exc_type is None:
+                    raise
+
+
+def stems(figure_id: str) -> list[tuple[str | None, dict, str]]:
+    """(state, its control values, file stem) of each picture of `figure_id`: default first."""
+    import widgets
+
+    return [(state, values, figure_id if state is None else f"{figure_id}--{state}")
+            for state, values in [(None, {}), *widgets.states(figure_id).items()]]
+
+
+def planned_files(figure_ids: list[str]) -> set[str]:
+    """The names an export of `figure_ids` writes (besides its manifest)."""
+    names = {"index.html", "index.json"}
+    for fid in figure_ids:
+        names.add(f"figure-{fid}.html")
+        names.update(f"{stem}{ext}" for _, _, stem in stems(fid) for ext in (".png", ".svg"))
+    return names
 
 
 def export_figures(out: Path = EXPORTS, figure_ids: list[str] | None = None) -> list[dict]:
-    """Write the pictures and offline pages of `figure_ids` (default: every figure) into `out`."""
+    """Write the pictures and offline pages of `figure_ids` (default: every figure) into `out`.
+
+    The files are written in a staging folder and moved into `out` when all are done
+    (builder.export_folder): an error or a stop before then leaves `out` as it was; an
+    earlier export there is recognised by its manifest, and only the files it lists are
+    replaced or deleted."""
     import widgets
 
     t0 = time.perf_counter()
-    ids = list(widgets.FIGURES) if figure_ids is None else figure_ids
-    if out.exists() and any(out.iterdir()):
-        if not (out / "index.json").is_file():
-            raise BuildError(f"{out} is not empty and holds no earlier export (index.json); choose another folder")
-        shutil.rmtree(out)                  # an earlier export: replaced whole, so nothing stale is left
-    out.mkdir(parents=True, exist_ok=True)
+    ids = list(widgets.FIGURES) if figure_ids is None else list(figure_ids)
+    try:
+        for fid in ids:
+            widgets.module(fid)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    planned = planned_files(ids)
+    check_target(out, planned)
+    staging = staging_folder(out)
+    done = []
+    try:
+        entries = write_export(staging, ids)
+        fault_point("export-staged")
+        place(staging, out, planned, placed=lambda: done.append(True))
+    except BaseException as e:
+        with signals_held():
+            shutil.rmtree(staging, ignore_errors=True)
+        e.export_placed = bool(done)     # a stop during the move takes effect once all is in place
+        raise
+    log(f"exported {len(ids)} figures, {len(entries)} states in {time.perf_counter() - t0:.0f} s", str(out))
+    return entries
+
+
+def write_export(out: Path, ids: list[str]) -> list[dict]:
+    """Every file of the export of `ids` into the (staging) folder `out`; the index's entries."""
+    import widgets
+
     entries: list[dict] = []
     with Browser() as browser, tempfile.TemporaryDirectory() as tmp:
         for fid in ids:
@@ -168,12 +220,11 @@ def export_figures(out: Path = EXPORTS, figure_ids: list[str] | None = None) -> 
             page = out / f"figure-{fid}.html"
             save_page(widgets.figure(fid), page, title)
             browser.capture(page, None, with_svg=False)      # renders offline, or fails
-            log(f"widgets.{fid}", str(page))
-            for state, values in [(None, {}), *widgets.states(fid).items()]:
+            log(f"widgets.{fid}", page.name)
+            for state, values, stem in stems(fid):
                 view = widgets.figure(fid, state)
                 for p in view.plots:           # pictures for print: vector plots, no toolbars
                     p.output_backend, p.toolbar_location = "svg", None
-                stem = fid if state is None else f"{fid}--{state}"
                 svg_page = Path(tmp) / f"{stem}.html"
                 save_page(view, svg_page, title)
                 box = browser.capture(svg_page, out / f"{stem}.png", with_svg=True)
@@ -181,9 +232,9 @@ def export_figures(out: Path = EXPORTS, figure_ids: list[str] | None = None) -> 
                 entries.append({"figure": fid, "title": title, "state": state or "default", "values": values,
                                 "png": f"{stem}.png", "svg": f"{stem}.svg", "page": page.name,
                                 "css_width": box["width"], "css_height": box["height"], "scale": SCALE})
-                log(f"widgets.{fid} {state or 'default'}", f"{out}/{stem}.png, .svg")
+                log(f"widgets.{fid} {state or 'default'}", f"{stem}.png, .svg")
+                fault_point("export-figure")
     write_index(out, entries)
-    log(f"exported {len(ids)} figures, {len(entries)} states in {time.perf_counter() - t0:.0f} s", str(out))
     return entries
 
 

@@ -19,6 +19,7 @@ from builder import common
 from builder.common import log, sha256_bytes, sha256_file
 from builder.runtime import PYODIDE_VERSION
 from builder.wheels import wheel_problem
+from sim.cli import Interrupted, signals_held, signals_interrupt  # noqa: F401 (the build's, as every command's)
 
 # what precompress writes .gz and .br copies of (the server then sends the smallest copy
 # the browser accepts; see builder/serve.py)
@@ -133,9 +134,6 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def sibling(out: Path, kind: str) -> Path:
     """A fresh name next to `out` for this process: <out>.<kind>-<pid>-<random>."""
     return out.with_name(f"{out.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
@@ -149,8 +147,7 @@ def swap_into_place(staging: Path, out: Path) -> None:
         staging.rename(out)
     elif FAULT.startswith("between-renames") or not exchange(staging, out):
         old = sibling(out, "old")
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-        try:
+        with signals_held():
             out.rename(old)
             try:
                 fault_point("between-renames")
@@ -158,8 +155,6 @@ def swap_into_place(staging: Path, out: Path) -> None:
             except OSError:
                 old.rename(out)
                 raise
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         staging = old
     remove_quietly(staging)
     log("new site", str(out))
@@ -215,25 +210,3 @@ def recover(out: Path) -> None:
         if p.exists():
             log(f"removing {p.name} (left by an interrupted build)")
             remove_quietly(p)
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP during a build: unwound like Ctrl-C, so the staging folder is removed."""
-
-
-@contextlib.contextmanager
-def signals_interrupt():
-    """SIGTERM and SIGHUP raise Interrupted (as SIGINT raises KeyboardInterrupt) while inside."""
-    def interrupt(signum, frame):
-        raise Interrupted(signal.Signals(signum).name)
-
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)

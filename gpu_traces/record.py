@@ -28,6 +28,7 @@ from gpu_traces import harness, kernels, suites
 from gpu_traces.schema import SCHEMA_VERSION, TraceError, time_stats, validate_trace
 from gpu_traces.shapes import counts
 from sim.kernel_model import KINDS
+from sim.cli import ArgumentParser, run
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 ORDER = ("copy", "big-gemm", "gemm", "attention-decode", "attention-prefill", "elementwise")
@@ -472,7 +473,7 @@ def record(device_type: str, quick: bool, out: str | None = None,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu_traces.record", description=__doc__,
+    p = ArgumentParser(prog="python -m gpu_traces.record", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cuda", "cpu"),
                    help="device to time (default: cuda if torch sees one, else cpu)")
@@ -496,4 +497,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("python -m gpu_traces.record", main))

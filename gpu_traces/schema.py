@@ -8,6 +8,7 @@ runs in the site's environment as well as the recorder's.
 from __future__ import annotations
 
 import json
+import os
 import math
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +17,7 @@ import jsonschema
 
 from gpu_traces import shapes
 from sim import hardware
+from sim.cli import ArgumentParser, run
 
 SCHEMA_VERSION = 2
 OLDEST_READABLE_VERSION = 1   # version 1 files are upgraded in memory by `migrate`
@@ -273,20 +275,42 @@ def load_trace(path: Path | str) -> dict:
 def migrate_file(path: Path | str) -> bool:
     """Rewrite a trace file in the current schema version (as the recorder writes files).
 
-    Returns True when the file changed. Only the layout changes, never a time.
+    Returns True when the file changed. Only the layout changes, never a time. The new
+    file replaces the old whole (written beside it, then renamed); TraceError names a file
+    that cannot be read or is not a trace, and leaves it as it was.
     """
     path = Path(path)
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    except ValueError as e:
+        raise TraceError(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{path}: not a trace (a JSON object is expected)")
     if data.get("schema_version") == SCHEMA_VERSION:
         return False
     new = validate_trace(migrate(data), str(path))
-    path.write_text(json.dumps(new, indent=1) + "\n")
+    tmp = path.with_name(f".{path.name}.migrating")
+    try:
+        tmp.write_text(json.dumps(new, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise TraceError(f"{path}: cannot be rewritten ({e.strerror or e}); it is unchanged") from None
     return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog="python -m gpu_traces.schema",
+                       description="Rewrite trace files in the current schema version.")
+    p.add_argument("--migrate", nargs="+", metavar="TRACE.json", required=True, type=Path,
+                   help="trace files to rewrite in place")
+    for path in p.parse_args(argv).migrate:
+        print(f"{path}: {'migrated' if migrate_file(path) else 'already current'}")
+    return 0
 
 
 if __name__ == "__main__":
     import sys
-    if len(sys.argv) < 3 or sys.argv[1] != "--migrate":
-        sys.exit("usage: python -m gpu_traces.schema --migrate TRACE.json...")
-    for name in sys.argv[2:]:
-        print(f"{name}: {'migrated' if migrate_file(name) else 'already current'}")
+    sys.exit(run("python -m gpu_traces.schema", main, errors=(TraceError,)))

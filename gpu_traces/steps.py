@@ -31,6 +31,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from sim.cli import ArgumentParser, run
 
 STEPS_DIR = Path(__file__).resolve().parent / "steps"     # <device slug>/<UTC time>-steps.json
 FORMAT = "gpu-steps"
@@ -262,6 +263,7 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
     import torch
     from gpu_traces import harness
     from gpu_traces.kernels import TensorCache, first_line
+    from gpu_traces.record import check_writable
     from gpu_traces.schema import time_stats
     start = time.monotonic()
     if device_type == "cuda" and not torch.cuda.is_available():
@@ -272,7 +274,7 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
     dev = harness.describe_device(device_type)
     if out is None:
         out = STEPS_DIR / dev["slug"] / f"{stamp.replace('-', '').replace(':', '')}-steps.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(out)             # before any timing: a bad --out fails in one line now
     env = {"numerics": harness.pin_numerics(device_type)}
     if device_type == "cuda":
         env["gpu_state_start"] = harness.gpu_state()
@@ -438,7 +440,7 @@ def shipped(directory: Path | str = STEPS_DIR) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpu_traces.steps", description=__doc__,
+    p = ArgumentParser(prog="python -m gpu_traces.steps", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--quick", action="store_true", help="a tiny two-layer model (checks the code path)")
@@ -453,4 +455,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("python -m gpu_traces.steps", main))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import xml.etree.ElementTree as ET
 
@@ -12,7 +13,9 @@ import pytest
 
 import widgets
 from builder.common import BuildError
-from builder.export import export_figures, inline_panel_css
+from builder.export import export_figures, inline_panel_css, planned_files
+from builder.export_folder import MANIFEST
+from sim.cli import UsageError
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 FIGURES = ["ch03-hierarchy", "ch04-batch-knee"]
@@ -109,9 +112,18 @@ def test_offline_page_renders_with_the_network_blocked(exported, chromium):
 
 def test_export_refuses_a_folder_it_did_not_write(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
-    with pytest.raises(BuildError, match="is not empty and holds no earlier export"):
+    with pytest.raises(UsageError, match="is not empty and holds no export of this guide"):
         export_figures(tmp_path, ["ch03-hierarchy"])
-    assert (tmp_path / "notes.txt").read_text() == "keep me"
+    assert os.listdir(tmp_path) == ["notes.txt"] and (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_the_manifest_lists_every_file_written_with_its_hash(exported):
+    out, _ = exported
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert sorted(manifest["files"]) == sorted(p.name for p in out.iterdir() if p.name != MANIFEST)
+    assert set(manifest["files"]) == planned_files(FIGURES)
+    for name, f in manifest["files"].items():
+        assert f == {"bytes": (out / name).stat().st_size, "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()}
 
 
 def test_panel_stylesheets_are_inlined():

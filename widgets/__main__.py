@@ -8,7 +8,6 @@ python -m widgets list     the figure ids and their named states
 """
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -16,10 +15,18 @@ import sys
 from pathlib import Path
 
 import widgets
+from sim.cli import ArgumentParser, UsageError, run
+
+PROG = "python -m widgets"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m widgets", description=__doc__.split("\n\n")[0])
+    return run(PROG, command, argv, errors=(UsageError, ValueError))
+
+
+def command(argv: list[str] | None) -> int:
+    """A bad figure id, state or value raises ValueError (one line and exit 2 through `run`)."""
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve one figure with panel serve")
     serve.add_argument("figure", help=f"one of: {', '.join(widgets.FIGURES)}")

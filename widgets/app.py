@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import widgets
+from sim.cli import UsageError
 from widgets.state import parse_value
 
 
@@ -17,7 +18,7 @@ def parse(args: list[str]) -> tuple[str, str | None, dict]:
     """figure id, named state, control values from `ID [STATE] [key=value ...]`; values are
     read as JSON where they parse (64, 0.5, true) and as text otherwise (H200)."""
     if not args:
-        raise SystemExit(f"usage: ID [STATE] [key=value ...]; figure ids: {', '.join(widgets.FIGURES)}")
+        raise UsageError(f"usage: ID [STATE] [key=value ...]; figure ids: {', '.join(widgets.FIGURES)}")
     figure_id, rest = args[0], args[1:]
     state = rest.pop(0) if rest and "=" not in rest[0] else None
     values = {key: parse_value(text) for key, _, text in (item.partition("=") for item in rest)}

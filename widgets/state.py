@@ -18,6 +18,8 @@ from typing import Any
 
 import panel as pn
 
+from sim.cli import quoted
+
 
 def _options(widget) -> list:
     options = widget.options
@@ -50,7 +52,7 @@ def accepts(widget) -> str:
 def checked(figure_id: str, key: str, widget, value: Any) -> Any:
     """`value` as control `key` of `figure_id` would hold it; ValueError if it cannot."""
     def bad(why: str = "") -> ValueError:
-        return ValueError(f"figure {figure_id}: {key}={value!r} is not valid{why}; "
+        return ValueError(f"figure {figure_id}: {key}={quoted(value)} is not valid{why}; "
                           f"{key} accepts {accepts(widget)}")
 
     if hasattr(widget, "options"):

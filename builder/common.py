@@ -1,5 +1,5 @@
-"""What every build step shares: paths, the build's error type, logging, hashing,
-downloads that land whole, atomic writes and the lock on a folder."""
+"""What every build step shares: paths, what the vendored runtime is (Runtime), the build's
+error type, logging, hashing, downloads that land whole, atomic writes and the lock on a folder."""
 from __future__ import annotations
 
 import contextlib
@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +24,16 @@ LOCK_FILE = "pyodide-lock.json"                     # in PYO: the merged lock Py
 
 GUIDE_DIST = "llm_inference_guide"
 GUIDE_PACKAGE = "llm-inference-guide"
+
+
+@dataclass
+class Runtime:
+    """What vendor_runtime produced: lock entries and versions the pages need."""
+
+    lock_info: dict
+    entries: dict[str, dict] = field(default_factory=dict)     # package name -> lock entry
+    versions: dict[str, str] = field(default_factory=dict)     # bokeh, panel, pyodide
+    snapshot: dict | None = None     # the memory snapshot, as the pages name it (builder.snapshot)
 
 
 class BuildError(Exception):

@@ -7,8 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from builder.common import PANEL_CDN_ROOT, BuildError, log
-from builder.runtime import Runtime
+from builder.common import PANEL_CDN_ROOT, BuildError, Runtime, log
 
 @dataclass
 class Prerendered:

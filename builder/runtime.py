@@ -12,12 +12,11 @@ import re
 import sys
 import tarfile
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import common
-from builder.common import (LOCK_FILE, PANEL_CDN_ROOT, PYO, SITE_SRC, VENDOR, BuildError, canonical, check_hash,
-                            download, log, sha256_bytes)
+from builder.common import (LOCK_FILE, PANEL_CDN_ROOT, PYO, SITE_SRC, VENDOR, BuildError, Runtime, canonical,
+                            check_hash, download, log, sha256_bytes)
 from builder.wheels import PURE_WHEEL, compile_sources, processed_wheel, read_wheel, read_wheel_bytes, wheel_metadata
 
 BROWSER_PINS = SITE_SRC / "runtime" / "requirements-browser.txt"   # the pure wheels, hash-pinned
@@ -74,16 +73,6 @@ PYODIDE_ENV = {"sys_platform": "emscripten", "platform_system": "Emscripten", "o
                "implementation_name": "cpython", "platform_python_implementation": "CPython",
                "extra": ""}
 BOKEH_JS = ["bokeh", "bokeh-widgets"]               # bundles the pages load, from the bokeh wheel
-
-
-@dataclass
-class Runtime:
-    """What vendor_runtime produced: lock entries and versions the pages need."""
-
-    lock_info: dict
-    entries: dict[str, dict] = field(default_factory=dict)     # package name -> lock entry
-    versions: dict[str, str] = field(default_factory=dict)     # bokeh, panel, pyodide
-    snapshot: dict | None = None     # the memory snapshot, as the pages name it (builder.snapshot)
 
 
 def fetch_pyodide_core(pyodide_dir: Path | None) -> dict[str, bytes]:

@@ -14,14 +14,10 @@ import tomllib
 import zipfile
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from builder import common
-from builder.common import (GUIDE_DIST, GUIDE_PACKAGE, LOCK_FILE, PYO, ROOT, BuildError, log, sha256_bytes,
+from builder.common import (GUIDE_DIST, GUIDE_PACKAGE, LOCK_FILE, PYO, ROOT, BuildError, Runtime, log, sha256_bytes,
                             write_atomic)
-
-if TYPE_CHECKING:
-    from builder.runtime import Runtime
 
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)                    # fixed timestamps: reproducible archives
 # the .dist-info/WHEEL of the wheels the build packs itself (the guide's, those from sdists)

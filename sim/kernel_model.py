@@ -42,14 +42,12 @@ The model, in a few sentences (the one formula both the fit and the figures use)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from sim.hardware import GPU
-
-if TYPE_CHECKING:                      # only an annotation here; sim.calibration imports this module
-    from sim.calibration import Provenance
+from sim.provenance import Provenance
 
 DEFAULT_BANDWIDTH_EFFICIENCY = 0.80   # the guide's simple-model assumption until traces calibrate it
 DEFAULT_FLOPS_EFFICIENCY = 0.60       # the guide's simple-model assumption until traces calibrate it

@@ -58,82 +58,13 @@ from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.kv_blocks import BlockCounts, blocks_for
 from sim.models import resolve as resolve_model
+from sim.schedule_metrics import (SLOT_DECODE, SLOT_IDLE, SLOT_KINDS, SLOT_PADDING, SLOT_PREFILL,  # noqa: F401
+                                  SLOT_STALLED, ScheduleComparison, ScheduleResult, schedule_result)
+from sim.workload import RequestMixParams, RequestSpec, long_prompt_request, make_request_mix  # noqa: F401
 
 POLICIES = ("static", "continuous")
-SLOT_KINDS = ("idle", "prefill", "decode", "padding", "stalled")   # codes 0..4 in slot_kind
-SLOT_IDLE, SLOT_PREFILL, SLOT_DECODE, SLOT_PADDING, SLOT_STALLED = range(5)
 _ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
 ADMISSION_WATERMARK = 0.01   # share of KV blocks kept free when admitting beside running requests (vLLM's default)
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request of a workload."""
-
-    name: str
-    arrival_s: float       # when it reaches the server
-    prompt_tokens: int
-    output_tokens: int     # tokens to generate (>= 1; the first comes from the prefill)
-
-    def __post_init__(self) -> None:
-        check_non_negative("arrival_s", self.arrival_s)
-        check_int("prompt_tokens", self.prompt_tokens, minimum=1)
-        check_int("output_tokens", self.output_tokens, minimum=1)
-
-
-@checked_params
-@dataclass(frozen=True)
-class RequestMixParams:
-    """A seeded random workload: Poisson arrivals, log-uniform prompt and output lengths."""
-
-    requests: int = 12
-    mean_interarrival_s: float = 0.015
-    prompt_tokens_min: int = 32
-    prompt_tokens_max: int = 1024
-    output_tokens_min: int = 8
-    output_tokens_max: int = 128
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_int("requests", self.requests, minimum=1, maximum=10_000)
-        check_non_negative("mean_interarrival_s", self.mean_interarrival_s)
-        check_int("prompt_tokens_min", self.prompt_tokens_min, minimum=1)
-        check_int("prompt_tokens_max", self.prompt_tokens_max, minimum=self.prompt_tokens_min)
-        check_int("output_tokens_min", self.output_tokens_min, minimum=1)
-        check_int("output_tokens_max", self.output_tokens_max, minimum=self.output_tokens_min)
-        check_int("seed", self.seed, minimum=0)
-
-
-def make_request_mix(params: RequestMixParams = RequestMixParams()) -> tuple:
-    """Requests "r0", "r1", ... with exponential inter-arrival gaps (the first at t = 0).
-
-    >>> mix = make_request_mix(RequestMixParams(requests=3, seed=1))
-    >>> [r.name for r in mix], mix[0].arrival_s
-    (['r0', 'r1', 'r2'], 0.0)
-    """
-    p = params
-    rng = np.random.default_rng(p.seed)
-    gaps = rng.exponential(p.mean_interarrival_s, p.requests) if p.mean_interarrival_s > 0 else np.zeros(p.requests)
-    gaps[0] = 0.0
-    arrivals = np.cumsum(gaps)
-
-    def log_uniform(lo: int, hi: int) -> np.ndarray:
-        return np.round(np.exp(rng.uniform(math.log(lo), math.log(hi), p.requests))).astype(np.int64)
-
-    prompts = log_uniform(p.prompt_tokens_min, p.prompt_tokens_max)
-    outputs = log_uniform(p.output_tokens_min, p.output_tokens_max)
-    return tuple(RequestSpec(f"r{i}", round(float(arrivals[i]), 6), int(prompts[i]), int(outputs[i]))
-                 for i in range(p.requests))
-
-
-def long_prompt_request(arrival_s: float = 0.05, prompt_tokens: int = 8000, output_tokens: int = 32,
-                        name: str = "long") -> RequestSpec:
-    """A request with a very long prompt (the figure's "add a long prompt" button).
-
-    >>> long_prompt_request().prompt_tokens
-    8000
-    """
-    return RequestSpec(name, arrival_s, prompt_tokens, output_tokens)
 
 
 @checked_params
@@ -188,52 +119,6 @@ class SchedulerParams:
             reqs.append(long_prompt_request(self.long_prompt_arrival_s, self.long_prompt_tokens))
         order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
         return tuple(reqs[i] for i in order)
-
-
-@dataclass(frozen=True)
-class ScheduleResult:
-    """Timeline and per-request latencies of one simulated run."""
-
-    policy: str
-    chunked_prefill: bool
-    requests: list                  # names, in arrival order
-    prompt_tokens: np.ndarray       # (requests,)
-    output_tokens: np.ndarray       # (requests,)
-    arrival_s: np.ndarray           # (requests,)
-    admitted_s: np.ndarray          # (requests,) first admission
-    first_token_s: np.ndarray       # (requests,)
-    finish_s: np.ndarray            # (requests,)
-    ttft_s: np.ndarray              # (requests,) first token - arrival
-    tpot_s: np.ndarray              # (requests,) (finish - first token) / (output - 1); nan for 1-token outputs
-    e2e_s: np.ndarray               # (requests,) finish - arrival
-    max_itl_s: np.ndarray           # (requests,) longest gap between consecutive tokens (0 if one token)
-    preemptions: np.ndarray         # (requests,)
-    step_start_s: np.ndarray        # (steps,)
-    step_end_s: np.ndarray          # (steps,)
-    step_prefill_tokens: np.ndarray  # (steps,)
-    step_decode_tokens: np.ndarray  # (steps,) includes static padding tokens
-    step_kv_tokens: np.ndarray      # (steps,) KV blocks in use x block_size, after allocation
-    slot_request: np.ndarray        # (steps, max_batch) index into requests, -1 if the slot is empty
-    slot_kind: np.ndarray           # (steps, max_batch) code into SLOT_KINDS
-    slot_kind_names: tuple          # SLOT_KINDS
-    kv_capacity_tokens: int
-    prefill_tokens: int             # prompt (and recomputed) tokens processed
-    recomputed_tokens: int          # of which recomputation after preemption
-    discarded_tokens: int           # cached tokens thrown away by preemptions
-    decode_tokens: int              # real decode tokens (no padding)
-    prefill_emissions: int          # output tokens that came from a (re)prefill's logits
-    emitted_tokens: np.ndarray      # (requests,) output tokens each request produced (= output_tokens)
-    padding_tokens: int             # static batching: tokens spent on finished requests
-    makespan_s: float               # first arrival to last finish
-    busy_s: float                   # time the GPU ran steps
-    slot_utilisation: float         # time-weighted share of slots doing prefill or decode while busy
-    longest_decode_stall_s: float   # max over requests of the longest inter-token gap
-    throughput_tokens_per_s: float  # output tokens / makespan
-    calibration_note: str = ""      # where the step times come from
-
-    @property
-    def steps(self) -> int:
-        return len(self.step_start_s)
 
 
 class _Req:
@@ -667,54 +552,9 @@ class Scheduler:
             self.running.remove(r)
             self.release(r)
 
-    # -- the result ----------------------------------------------------------------------------
+    # -- the result (sim.schedule_metrics) ----------------------------------------------------
     def result(self) -> ScheduleResult:
-        p, reqs = self.p, self.reqs
-        arrival = np.array([r.spec.arrival_s for r in reqs])
-        first = np.array([r.first for r in reqs])
-        finish = np.array([r.finish for r in reqs])
-        out = np.array([r.spec.output_tokens for r in reqs])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
-        steps = len(self.st_start)
-        starts, ends = np.array(self.st_start), np.array(self.st_end)
-        durs = ends - starts
-        rows = len(self.rows_steps)
-        kinds = np.repeat(np.array(self.rows_kind, dtype=np.int8).reshape(rows, p.max_batch), self.rows_steps, axis=0)
-        busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
-        busy = float(durs.sum())
-        makespan = float(finish.max() - arrival.min())
-        max_itl = np.array([r.max_itl for r in reqs])
-        return ScheduleResult(
-            policy=p.policy, chunked_prefill=p.chunked_prefill and p.policy == "continuous",
-            requests=[r.spec.name for r in reqs],
-            prompt_tokens=np.array([r.spec.prompt_tokens for r in reqs]), output_tokens=out,
-            arrival_s=arrival, admitted_s=np.array([r.admitted for r in reqs]), first_token_s=first,
-            finish_s=finish, ttft_s=first - arrival, tpot_s=tpot, e2e_s=finish - arrival, max_itl_s=max_itl,
-            preemptions=np.array([r.preempt for r in reqs]),
-            step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(self.st_pre, dtype=np.int64),
-            step_decode_tokens=np.array(self.st_dec, dtype=np.int64),
-            step_kv_tokens=np.array(self.st_kv, dtype=np.int64),
-            slot_request=np.repeat(np.array(self.rows_req, dtype=np.int32).reshape(rows, p.max_batch), self.rows_steps,
-                                   axis=0),
-            slot_kind=kinds, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=self.kv.capacity_tokens,
-            prefill_tokens=self.prefill_total,
-            recomputed_tokens=self.prefill_total - int(sum(s.prompt_tokens for s in self.specs)),
-            discarded_tokens=self.discarded, decode_tokens=self.decode_total, prefill_emissions=self.prefill_emits,
-            emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=self.padding_total,
-            makespan_s=makespan, busy_s=busy,
-            slot_utilisation=float((durs * busy_slots).sum() / (p.max_batch * busy)) if busy else 0.0,
-            longest_decode_stall_s=float(max_itl.max()),
-            throughput_tokens_per_s=float(out.sum() / makespan) if makespan > 0 else math.inf,
-            calibration_note=self.cost.calibration.note)
-
-
-@dataclass(frozen=True)
-class ScheduleComparison:
-    """Static and continuous batching on the same request mix."""
-
-    static: ScheduleResult
-    continuous: ScheduleResult
+        return schedule_result(self)
 
 
 def compare_schedules(params: SchedulerParams = SchedulerParams(),

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gpu_traces import calibrate
+from gpu_traces import calibrate, leave_out
 from sim import kernel_model
 from tests.synthetic import synthesize_trace
 
@@ -20,6 +20,7 @@ def stub_fit(monkeypatch):
 
 
 def _run(tmp_path, *args):
+    (tmp_path / "traces").mkdir(exist_ok=True)
     return calibrate.main(["--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "cal"),
                            *args])
 
@@ -110,5 +111,5 @@ def test_folds_run_in_other_processes_in_order_or_here_when_none_can_start(monke
 
     def no_processes(*a, **k):
         raise OSError("no processes in this sandbox")
-    monkeypatch.setattr(calibrate, "ProcessPoolExecutor", no_processes)
+    monkeypatch.setattr(leave_out, "ProcessPoolExecutor", no_processes)
     assert calibrate.in_processes(os.getpid, [()] * 2, jobs=2) == [here, here]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_traces import calibrate
+from gpu_traces import calibrate, fitting
 from gpu_traces.calibrate import fit_line, fit_trace, nelder_mead
 from sim import calibration as C
 from sim import kernel_model
@@ -231,13 +231,13 @@ def test_the_fit_does_not_follow_last_bit_noise(monkeypatch):
     path = next((calibrate.TRACES_DIR / "cpu-amd-epyc-1-thread").glob("*.json"))
     trace = load_trace(path)
     plain = fit_trace(trace, path.name)["calibration"]
-    loss = calibrate._log_loss
+    loss = fitting._log_loss
 
     def noisy(pred, meas):
         v = loss(pred, meas)
         wobble = (int.from_bytes(np.float64(v).tobytes(), "little") * 2654435761 >> 7) % 5 - 2
         return v * (1.0 + 2.3e-16 * wobble)
-    monkeypatch.setattr(calibrate, "_log_loss", noisy)
+    monkeypatch.setattr(fitting, "_log_loss", noisy)
     assert fit_trace(trace, path.name)["calibration"] == plain
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import common
-from builder.common import GUIDE_PACKAGE, LOCK_FILE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, BuildError, log
+from builder.common import GUIDE_PACKAGE, LOCK_FILE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, BuildError, log, sha256_file
 from builder.prerender import Prerendered
 from builder.runtime import BOKEH_JS, Runtime
 
@@ -189,13 +189,25 @@ def render_body(env, c: Chapter, shared: dict, contents: tuple = ()) -> str:
     return body
 
 
-def worker_config(snapshot: dict | None = None) -> dict:
+# the files Python's start needs whatever the boot: when it fails, the worker names those
+# that are missing or not the build's (static/worker.js damagedFiles)
+RUNTIME_FILES = ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", LOCK_FILE, "python_stdlib.zip")
+
+
+def runtime_files(out: Path) -> dict[str, list]:
+    """{path: [bytes, sha256]} of RUNTIME_FILES as the build wrote them into `out`."""
+    return {f"{PYO}/{n}": [(out / PYO / n).stat().st_size, sha256_file(out / PYO / n)] for n in RUNTIME_FILES}
+
+
+def worker_config(snapshot: dict | None = None, files: dict | None = None) -> dict:
     """What the page's Python worker (static/worker.js) needs to know of the build's layout,
     written into every page with figures; the worker has no copy of its own. Paths are
     relative to the site's root. `snapshot`: the memory snapshot's files and the runtime
-    build it was made by (builder.snapshot.make_snapshot), or None for the normal boot."""
+    build it was made by (builder.snapshot.make_snapshot), or None for the normal boot;
+    `files`: the runtime's files with their sizes and hashes (runtime_files)."""
     return {"pyodide": f"{PYO}/", "module": f"{PYO}/pyodide.mjs", "lock": f"{PYO}/{LOCK_FILE}",
-            "package": GUIDE_PACKAGE, "panel_cdn_root": PANEL_CDN_ROOT, "snapshot": snapshot}
+            "package": GUIDE_PACKAGE, "panel_cdn_root": PANEL_CDN_ROOT, "snapshot": snapshot,
+            "files": files or {}}
 
 
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
@@ -216,7 +228,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
               # loaded by guide.js after the first paint, in this order
               "bokeh_scripts": [f"{VENDOR}/bokeh/{js}.min.js" for js in BOKEH_JS]
               + [f"{PANEL_CDN_ROOT}{runtime.versions['panel']}/dist/panel.min.js"],
-              "worker_config": worker_config(runtime.snapshot)}
+              "worker_config": worker_config(runtime.snapshot, runtime_files(out))}
     cited: dict[str, list[Chapter]] = {}
 
     def write(name: str, html_text: str) -> None:

@@ -236,7 +236,8 @@ def test_pages_tell_the_worker_where_the_runtime_is(site_dir):
     path in it is a file or folder of the built site."""
     chapters = pages.read_chapters()
     want = page_runtime_config((site_dir / next(c.file for c in chapters if c.figures)).read_text())
-    assert want == pages.worker_config(want["snapshot"])      # the snapshot: tests/test_snapshot_build.py
+    assert want == pages.worker_config(want["snapshot"], want["files"])   # the snapshot: tests/test_snapshot_build.py
+    assert want["files"] == pages.runtime_files(site_dir)                 # what the worker checks on a failed start
     for c in chapters:
         for name in [c.file, *(f"figure-{f}.html" for f in c.figures)] if c.figures else []:
             assert page_runtime_config((site_dir / name).read_text()) == want, name

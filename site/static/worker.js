@@ -21,6 +21,7 @@
 
 const ROOT = new URL("../", import.meta.url).href;            // the site's root folder
 const post = (msg) => self.postMessage(msg);
+const message = (e) => String(e && e.message ? e.message : e);
 const now = () => performance.timeOrigin + performance.now();  // comparable with the page's clock
 const progress = (stage, done, total) => post({ type: "progress", stage, done, total, t: now() });
 
@@ -103,7 +104,7 @@ async function boot(runtime, bootMode) {
     return { pyodide, path: "snapshot", reason: snapshotSource, steps: restoreSteps, held,
              ...(snapshotSource === "network" ? { transfer: snapshotTransfer } : {}) };
   } catch (e) {
-    const reason = String(e && e.message ? e.message : e);
+    const reason = message(e);
     console.warn(`memory snapshot not used (${reason}); booting Python normally`);
     if (snapshotSource === "cache") within(STORAGE_TIMEOUT_MS, caches.delete(`guide-snapshot-${snap.id}`), null);   // next page: the server's copy
     return { pyodide: await normalBoot(runtime), path: "normal", reason: `snapshot failed: ${reason}` };
@@ -126,14 +127,22 @@ async function normalBoot(runtime) {
   const pyodideModule = import(ROOT + runtime.module);
   // The guide's wheel depends on everything the figures import, so one call loads it all.
   // Its wheels are fetched (into the HTTP cache) while Pyodide boots, which is CPU-bound.
-  const wheels = fetch(ROOT + runtime.lock).then((r) => r.json())
-    .then((lock) => closure(lock.packages, [runtime.package]).map((n) => lock.packages[n].file_name));
+  const lockFile = readLock(runtime);
+  const wheels = lockFile.then(({ lock }) => closure(lock.packages, [runtime.package]).map((n) => lock.packages[n].file_name));
   wheels.then((files) => {
     for (const file of files) fetch(ROOT + runtime.pyodide + file, { priority: "low" }).catch(() => {});
   }).catch(() => {});
   const { loadPyodide } = await pyodideModule;
   await importRuntime(runtime);
-  const pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false });
+  const create = globalThis._createPyodideModule;
+  if (typeof create !== "function") throw new Error(`${runtime.pyodide}pyodide.asm.js defined no _createPyodideModule`);
+  globalThis._createPyodideModule = (settings) => guardedCreate(runtime, create, settings);
+  let pyodide;
+  try {
+    pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await lockFile).url, fullStdLib: false });
+  } finally {
+    globalThis._createPyodideModule = create;
+  }
   const total = (await wheels).length;
   let loaded = 0;
   progress("packages", 0, total);
@@ -144,6 +153,26 @@ async function normalBoot(runtime) {
   });
   if (loadErrors.length) throw new Error("could not load the figures' Python packages: " + loadErrors.join("; "));
   return pyodide;
+}
+
+// Pyodide's lock file, read and parsed here once (both boots use it): a damaged one fails
+// with its name at once, and Pyodide is given it as a blob: URL, so its own read cannot fail
+// later with a rejection nobody is waiting for yet.
+let lockRead = null;
+function readLock(runtime) {
+  lockRead ??= (async () => {
+    const r = await fetch(ROOT + runtime.lock);
+    if (!r.ok) throw new Error(`${runtime.lock}: HTTP ${r.status}`);
+    const text = await r.text();
+    let lock;
+    try {
+      lock = JSON.parse(text);
+    } catch (e) {
+      throw new Error(`${runtime.lock} is not JSON (${message(e)})`);
+    }
+    return { lock, url: URL.createObjectURL(new Blob([text], { type: "application/json" })) };
+  })();
+  return lockRead;
 }
 
 const STORAGE_TIMEOUT_MS = 3000;   // browser storage has been seen to hang: then do without it
@@ -285,6 +314,7 @@ const EMPTY_ZIP = "data:application/zip;base64,UEsFBgAAAAAAAAAAAAAAAAAAAAAAAA=="
 async function restoreSnapshot(runtime, snap) {
   const pyodideModule = import(ROOT + runtime.module);
   const helpers = import("./snapshot.js");
+  readLock(runtime).catch(() => {});     // read while the snapshot downloads; awaited below
   const metaP = fetch(ROOT + snap.meta).then((r) => { if (!r.ok) throw new Error(`${snap.meta}: HTTP ${r.status}`); return r.json(); });
   const { memory, memoryDone, filesDone } = await snapshotFiles(snap, helpers);
   step("storage");
@@ -299,7 +329,7 @@ async function restoreSnapshot(runtime, snap) {
   // The runtime starts while the snapshot is still downloading.
   await importRuntime(runtime);
   const create = globalThis._createPyodideModule;
-  if (typeof create !== "function") throw new Error("pyodide.asm.js defined no _createPyodideModule");
+  if (typeof create !== "function") throw new Error(`${runtime.pyodide}pyodide.asm.js defined no _createPyodideModule`);
   globalThis._createPyodideModule = async (settings) => {
     // The snapshot's file leaves out the zero pages at the top of its memory
     // (builder/snapshot.py trim_memory): the memory is made the full size it had, not the
@@ -308,7 +338,7 @@ async function restoreSnapshot(runtime, snap) {
     if (meta.build_id !== snap.build_id) throw new Error("the snapshot's metadata is of another runtime build");
     if (!(meta.size >= memory.length)) throw new Error(`the snapshot's metadata gives it ${meta.size} bytes, its file has ${memory.length}`);
     settings.INITIAL_MEMORY = meta.size;
-    const M = await create(settings);
+    const M = await guardedCreate(runtime, create, settings);
     step("runtime");
     writeFiles(M, unpackFiles(await filesDone));
     step("files");
@@ -321,7 +351,7 @@ async function restoreSnapshot(runtime, snap) {
   };
   let restored;
   try {
-    restored = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: ROOT + runtime.lock, fullStdLib: false,
+    restored = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await readLock(runtime)).url, fullStdLib: false,
                                    stdLibURL: EMPTY_ZIP, _loadSnapshot: memory, _snapshotDeserializer: deserializer });
   } finally {
     globalThis._createPyodideModule = create;
@@ -355,11 +385,82 @@ function afterLive() {
   if (save) setTimeout(() => whenQuiet(() => within(30000, save(), null).catch(() => {})), AFTER_LIVE_MS);
 }
 
+// ---- When the runtime fails to start. Pyodide 0.27's own instantiateWasm only logs a
+// failure of pyodide.asm.wasm ("wasm instantiation failed!") and its promise never settles:
+// the page would say "starting Python" forever. So the runtime's creation is raced against
+// the first WebAssembly instantiation it makes (the runtime's own) failing, and against
+// Emscripten's abort; then `bootFailure` names the runtime files that are not the build's.
+
+async function guardedCreate(runtime, create, settings) {
+  let fail;
+  const failed = new Promise((_, reject) => { fail = reject; });
+  const wasm = runtime.pyodide + "pyodide.asm.wasm";
+  const originals = { instantiate: WebAssembly.instantiate, instantiateStreaming: WebAssembly.instantiateStreaming };
+  const restore = () => Object.assign(WebAssembly, originals);
+  for (const [name, original] of Object.entries(originals)) {
+    WebAssembly[name] = function (...args) {
+      restore();                          // only the first: later ones are shared libraries
+      const p = original.apply(WebAssembly, args);
+      p.catch((e) => fail(new Error(`${wasm} did not load as WebAssembly: ${message(e)}`)));
+      return p;
+    };
+  }
+  const onAbort = settings.onAbort;
+  settings.onAbort = (what) => {
+    fail(new Error(`the Python runtime stopped while starting: ${what}`));
+    if (onAbort) onAbort(what);
+  };
+  try {
+    return await Promise.race([create(settings), failed]);
+  } finally {
+    restore();
+  }
+}
+
+// The runtime files (builder/pages.py worker_config "files": path -> [bytes, sha256]) that
+// are missing or differ from the build's, each as a sentence naming the file.
+async function damagedFiles(runtime) {
+  const checks = Object.entries(runtime.files || {}).map(async ([path, [size, sha256]]) => {
+    let bytes;
+    try {
+      const r = await fetch(ROOT + path, { cache: "no-store" });
+      if (!r.ok) return `${path} is missing from the site (HTTP ${r.status})`;
+      bytes = new Uint8Array(await r.arrayBuffer());
+    } catch (e) {
+      return `${path} could not be fetched (${message(e)})`;
+    }
+    if (bytes.length !== size) {
+      return `${path} has ${bytes.length.toLocaleString("en")} bytes, the build wrote ${size.toLocaleString("en")} (truncated or replaced)`;
+    }
+    if (crypto.subtle) {
+      const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+      const hex = [...digest].map((b) => b.toString(16).padStart(2, "0")).join("");
+      if (hex !== sha256) return `${path} is not the file the build wrote (its sha256 differs)`;
+    }
+    return null;
+  });
+  return (await within(8000, Promise.all(checks), [])).filter(Boolean);
+}
+
+// What the page shows when Python could not start: the damaged files first, then what the
+// runtime said.
+async function bootFailure(runtime, e) {
+  const damaged = await damagedFiles(runtime);
+  const said = message(e);
+  return damaged.length ? `Python could not start: ${damaged.join("; ")}. (The runtime said: ${said})`
+                        : `Python could not start: ${said}`;
+}
+
 // ---- After boot: the page's figures.
 
 async function start(figures, runtime, bootMode) {
   progress("runtime", 0, 1);
-  const booted = await boot(runtime, bootMode);
+  let booted;
+  try {
+    booted = await boot(runtime, bootMode);
+  } catch (e) {
+    throw new Error(await bootFailure(runtime, e));
+  }
   pyodide = booted.pyodide;
   post({ type: "progress", stage: "runtime", done: 1, total: 1, t: now(),
          boot: { path: booted.path, reason: booted.reason, ...(booted.steps ? { steps: booted.steps } : {}),
@@ -402,11 +503,28 @@ function closure(packages, names) {
   return [...seen];
 }
 
+// While Python starts, a failure inside Pyodide also surfaces as an error or a rejection
+// that nobody catches (its lock file's promise, a callback of the runtime): those would
+// reach the page as uncaught errors beside the figure's error state, which says what failed
+// (start, bootFailure). Until the start is over they are said here as warnings instead.
+let starting = true;
+for (const type of ["error", "unhandledrejection"]) {
+  self.addEventListener(type, (event) => {
+    if (!starting) return;
+    event.preventDefault();
+    console.warn(`while Python started: ${message(type === "error" ? event.error ?? event.message : event.reason)}`);
+  });
+}
+
 self.onmessage = async (event) => {
   const msg = event.data;
   try {
     if (msg.type === "start") {
-      await start(msg.figures, msg.runtime, msg.boot);
+      try {
+        await start(msg.figures, msg.runtime, msg.boot);
+      } finally {
+        setTimeout(() => { starting = false; }, 0);    // after what the failure left queued
+      }
     } else if (msg.type === "focus") {
       focus = msg.figures;
     } else if (msg.type === "adopted" || msg.type === "rendered") {
@@ -425,6 +543,6 @@ self.onmessage = async (event) => {
       }
     }
   } catch (e) {
-    post({ type: "fatal", message: String(e && e.message ? e.message : e) });
+    post({ type: "fatal", message: message(e) });
   }
 };

@@ -24,7 +24,7 @@ OLDEST_READABLE_VERSION = 1   # version 1 files are upgraded in memory by `migra
 SCHEMA_PATH = Path(__file__).resolve().parent / "trace.schema.json"
 REL_TOL = 1e-9   # recomputed FLOPs/bytes and order statistics must match this closely
 
-# Physical bounds on every timed point (README, "What a trace must satisfy"). Rates are
+# Physical bounds on every timed point (gpu_traces/README.md, "What a trace must satisfy"). Rates are
 # the point's minimal work (its `flops` and `bytes`) over its median time.
 MIN_SAMPLE_S = 1e-7          # 100 ns: no timer here resolves a kernel shorter (CUDA events' floor)
 MAX_SAMPLE_S = 60.0          # no single kernel of these suites runs for a minute

@@ -24,7 +24,7 @@ from sim.checks import check_choice, checked_params
 class Link:
     """A place in the guide: a page of the built site and, optionally, an anchor on it; for a
     figure, optionally the state its controls open at (the chapter page's address carries it
-    as "<figure id>.<control>=<value>", README "Sharing a figure")."""
+    as "<figure id>.<control>=<value>", docs/using-figures.md, "Sharing a figure")."""
 
     page: str                    # e.g. "ch05-latency.html"
     anchor: str | None           # e.g. "fig-ch05-latency" (a figure) or a section's id; None: the page

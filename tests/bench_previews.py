@@ -27,7 +27,7 @@ costs, they are not proposals. Page loads alternate between the variants (the or
 every run) in a browser with no inspector attached (tests/pipe_browser.py), on one profile
 that has loaded the page twice first, so BokehJS comes from the HTTP cache with the code
 Chrome kept for it (pages as built get it from the offline copy, compiled whole: see
-README, Offline reading). Per page and variant, medians (min-max) of:
+docs/offline-reading.md). Per page and variant, medians (min-max) of:
 - BokehJS loaded: ms after navigation;
 - previews drawn: ms from BokehJS loaded until the last figure's preview was painted;
 - main-thread CPU: CPU time of the page's main thread (Linux /proc) from navigation until

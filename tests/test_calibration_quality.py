@@ -1,5 +1,5 @@
 """How well the shipped GPU calibrations predict kernels they were not fitted to, and what the
-figures say about it. The bounds are the ones the README states next to its table."""
+figures say about it. The bounds are the ones docs/model-quality.md states next to its table."""
 from __future__ import annotations
 
 import re
@@ -14,10 +14,10 @@ from sim import hardware, kernel_model
 from tests.figures import cpython_state
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+QUALITY_PAGE = REPO / "docs" / "model-quality.md"      # the table and the bounds it states
 BEGIN, END = "<!-- quality-report: begin -->", "<!-- quality-report: end -->"
 
-# Leave-one-model-out bounds for what ships (README, "How well the model predicts real GPU
+# Leave-one-model-out bounds for what ships (docs/model-quality.md, "How well the model predicts real GPU
 # kernels"): median and max relative error of the calibrated model on linear layers. The
 # target is 5% / 15%; the medians meet it, the worst cases do not, nor can any model that
 # never falls as tokens grow (library kernel choices; the floor under them is tested below).
@@ -30,11 +30,11 @@ def _lomo(key: str) -> dict:
 
 
 def test_readme_table_is_what_the_report_command_prints():
-    text = README.read_text()
+    text = QUALITY_PAGE.read_text()
     assert BEGIN in text and END in text
     block = text.split(BEGIN)[1].split(END)[0]
     assert block.strip() == calibrate.quality_report().strip(), (
-        "rerun `python -m gpu_traces.calibrate --report` and paste it into README.md")
+        "rerun `python -m gpu_traces.calibrate --report` and paste it into docs/model-quality.md")
 
 
 @pytest.mark.parametrize("key", sorted(LINEAR_BOUNDS))
@@ -105,7 +105,7 @@ H200_TRACES = sorted((REPO / "gpu_traces" / "traces" / "h200").glob("*-cuda.json
 
 def test_the_two_h200_recordings_agree():
     """Two runs of the full GPU suite, back to back on one H200: the same 942 points, and
-    medians that agree far more closely than the model's errors (README: 0.72% at the
+    medians that agree far more closely than the model's errors (docs/model-quality.md: 0.72% at the
     median point, 15.8% at worst)."""
     from gpu_traces.schema import load_trace
     assert len(H200_TRACES) == 2
@@ -179,7 +179,7 @@ def test_monotone_floor_is_the_least_reachable_worst_case():
 @pytest.mark.parametrize("key", sorted(LINEAR_BOUNDS))
 def test_the_calibrated_gemm_never_falls_as_tokens_grow(key):
     """The premise of the floor: the shipped formula is non-decreasing in tokens, so its
-    worst leave-one-model-out error cannot be below the floor the README states."""
+    worst leave-one-model-out error cannot be below the floor docs/model-quality.md states."""
     dev = next(d for d in C.recorded_devices() if d.catalogue_key == key)
     m = np.arange(1, 4097, dtype=float)
     for n, k in ((768, 4096), (5120, 5120), (8192, 1024), (12288, 4096), (57344, 8192)):
@@ -189,7 +189,7 @@ def test_the_calibrated_gemm_never_falls_as_tokens_grow(key):
     lomo = _lomo(key)
     floor = lomo["linear_monotone_floor"]
     assert lomo["by_op"]["linear"]["model"]["max_rel_err"] >= floor["max_rel_err"]
-    # what the README says: above the 15% aim on both GPUs
+    # what docs/model-quality.md says: above the 15% aim on both GPUs
     assert floor["max_rel_err"] > 0.15 and floor["series_over_15pct"] >= 5
 
 

@@ -16,7 +16,7 @@ def test_every_shipped_device_is_a_choice():
 
 def test_heldout_errors_are_the_calibration_files_own():
     """The H100 table rows are the leave-one-model-out numbers the calibration file stores
-    (and the README's quality table prints): linear layers 4.9% median, 46% worst."""
+    (and the quality table of docs/model-quality.md prints): linear layers 4.9% median, 46% worst."""
     data = json.loads((calibration.CALIBRATION_DIR / "h100-sxm.json").read_text())
     lomo = data["fit"]["leave_one_model_out"]
     r = check_model(ModelCheckParams(device="h100-sxm", op="all"))

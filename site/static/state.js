@@ -1,7 +1,7 @@
 // A figure's controls in the page's address: reading a link's values, writing the
 // current state as a link or an <iframe> embed code.
 //
-// Scheme (README, "Sharing a figure"):
+// Scheme (docs/using-figures.md, "Sharing a figure"):
 //   figure-<id>.html?batch=64&gpu=H200          a figure page: plain control keys
 //   <chapter>.html?<id>.batch=64#fig-<id>       a chapter page: keys prefixed by figure id
 //   figure-<id>.html?embed=1&batch=64           embed mode: the figure alone, for an iframe

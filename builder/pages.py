@@ -210,6 +210,16 @@ def worker_config(snapshot: dict | None = None, files: dict | None = None) -> di
             "files": files or {}}
 
 
+def scrolling_tables(html_text: str) -> str:
+    """Each table of the chapter's text (Markdown writes them with no attributes; a figure's
+    own tables have a class) in a box of its own that scrolls sideways when the table is
+    wider than the screen, so the page itself never does. The box is focusable, so a
+    keyboard can scroll it too, and named for screen readers."""
+    return re.sub(r"<table>(.*?)</table>",
+                  lambda m: f'<div class="table-scroll" role="region" tabindex="0" aria-label="table">'
+                            f"<table>{m.group(1)}</table></div>", html_text, flags=re.S)
+
+
 def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerendered],
                  references: dict[str, dict], runtime: Runtime, contents: list[dict]) -> None:
     """Step 4: chapter pages, one page per figure, the index and the references.
@@ -241,8 +251,8 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         body = render_body(env, c, shared, contents)
         for key in dict.fromkeys(re.findall(r'class="cite" href="references.html#([^"]+)"', body)):
             cited.setdefault(key, []).append(c)
-        content = markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
-                                    output_format="html")
+        content = scrolling_tables(markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
+                                                     output_format="html"))
         figs = [figures[f] for f in c.figures]
         write(c.file, env.get_template("chapter.html").render(
             **shared, chapter=c, chapters=chapters, content=content, figures=figs, body_class="chapter-page",

@@ -129,6 +129,16 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class SiteServer(http.server.ThreadingHTTPServer):
+    """A browser that leaves mid-response (a page closed, a fetch aborted) is not an error of
+    the server: it is not printed as a traceback. Anything else still is."""
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serving(root: Path, port: int = 0, counters: dict | None = None):
     """Serve `root` on 127.0.0.1:`port` (0 = any free port) in a thread; yields the base URL."""
@@ -136,7 +146,7 @@ def serving(root: Path, port: int = 0, counters: dict | None = None):
 
     handler = type("Handler", (SiteHandler,), {"counters": counters})
     try:
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(root)))
+        httpd = SiteServer(("127.0.0.1", port), functools.partial(handler, directory=str(root)))
     except OSError as exc:
         why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be opened ({exc.strerror})"
         raise BuildError(f"port {port} on 127.0.0.1 {why}; choose another one, e.g. PORT={port + 1} ./dev serve "

@@ -450,4 +450,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sim.cli import run       # Ctrl-C or a bad argument: one line, no traceback
+    sys.exit(run(f"python {__file__}", main))

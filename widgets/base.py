@@ -35,6 +35,13 @@ BLUE, ORANGE, GREEN, VERMILION, PURPLE, SKY, YELLOW, GREY = (
 
 STAND_IN = "legend-stand-in"   # tag of a renderer drawn only as a legend swatch
 
+# stylesheets that let a figure reflow when its box is narrower than its parts side by side
+# (Bokeh writes a fixed part's width as its min-width too, inline: hence the !important)
+REFLOW_ROW = ":host { flex-wrap: wrap; max-width: 100%; min-width: 0 !important; row-gap: 8px; }"
+REFLOW_BOX = ":host { max-width: 100%; min-width: 0 !important; }"
+REFLOW_TEXT = (":host { max-width: calc(100% - 20px); min-width: 0 !important; } "     # readouts' margins: 10 px a side
+               ":host > div { max-width: 100%; min-width: 0 !important; }")
+
 CONTROL_WIDTH = 240    # px, the controls column
 PLOT_WIDTH = 620       # px, a plot beside the controls
 PLOT_HEIGHT = 340
@@ -58,6 +65,11 @@ class FigureView:
             source.name = f"src-{self.figure_id}-{key}"
         for key, pane in self.readouts.items():
             pane.css_classes = [*pane.css_classes, f"out-{key}"]
+        # narrow screens: a row wraps (controls above plots, plots under each other) and
+        # no box is wider than the one it is in
+        for box in self.layout.select(lambda o: isinstance(o, (pn.Row, pn.Column, pn.pane.HTML, pn.pane.Markdown))):
+            box.stylesheets = [*box.stylesheets, REFLOW_ROW if isinstance(box, pn.Row) else
+                               REFLOW_BOX if isinstance(box, pn.Column) else REFLOW_TEXT]
         for pane in self.layout.select(pn.pane.Bokeh):
             if isinstance(pane.object, Plot):
                 static_legends(pane.object)

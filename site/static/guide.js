@@ -130,7 +130,12 @@ async function embedPreview(id, fig) {
   fig.fingerprint = data.fingerprint;            // of its models, as Python's (widgets/runtime.py)
   fig.initial = controlValues(fig.staticRoot);   // to tell what the reader changes before it is live
   await nextPaint();
-  if (fig.poster) fig.poster.remove();
+  if (fig.poster) {
+    // kept, out of sight, for printing: a printed chapter shows each figure's poster
+    // (guide.css @media print) rather than its live controls
+    fig.poster.classList.add("fig-print-only");
+    fig.frame.after(fig.poster);
+  }
   mark(`preview:${id}`);
 }
 

@@ -4,6 +4,13 @@ interrupt with 128 + the signal's number (130 for Ctrl-C).
 
 Standard library only: the commands of every room (build.py, `python -m widgets`,
 `python -m gpu_traces.*`, `python -m sim.*`) import it, the trace recorder's Python too.
+
+>>> quoted("9" * 100)
+"'99999999999999999999999999999999999999999999999999999999999... (100 characters)"
+>>> one_line("a traceback-free   message,   one line")
+'a traceback-free message, one line'
+>>> interrupted_status(Interrupted("SIGTERM")), interrupted_status(KeyboardInterrupt())
+(143, 130)
 """
 from __future__ import annotations
 

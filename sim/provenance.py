@@ -2,6 +2,13 @@
 
 Its own module so that both the kernel-time model (sim.kernel_model, whose Calibration
 carries it) and the reader of the calibration files (sim.calibration) import it downward.
+
+>>> p = Provenance("NVIDIA H200", "h200", "cuda", "2026-12-04T11:58:57Z", "2.13.0", "12.8", "570.1",
+...                "cuda", "gpu_traces/traces/h200/t.json", 900, 234, 0.044, 0.757, 0.101, 0.987)
+>>> p.date, p.imported
+('2026-12-04', False)
+>>> p.caption()[:60]
+'Measured on NVIDIA H200 on 2026-12-04 (torch 2.13.0, CUDA 12'
 """
 from __future__ import annotations
 

@@ -44,8 +44,20 @@ def page(chromium):
     p.close()
 
 
+@pytest.fixture(scope="module")
+def text_page(chromium):
+    """A page that loads no runtime (the page's own text, styles and figure posters only):
+    the page-width checks need no live figure (a live one: test_on_a_phone_...)."""
+    p = chromium.new_page()
+    p.route("**/vendor/**", lambda r: r.abort())
+    p.route("**/static/worker.js", lambda r: r.abort())
+    yield p
+    p.close()
+
+
 @pytest.mark.parametrize("width", WIDTHS)
-def test_no_page_scrolls_sideways(page, server, width):
+def test_no_page_scrolls_sideways(text_page, server, width):
+    page = text_page
     page.set_viewport_size({"width": width, "height": 844})
     bad = {}
     for name in PAGES:

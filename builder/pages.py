@@ -15,6 +15,7 @@ from builder import common
 from builder.common import GUIDE_PACKAGE, LOCK_FILE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, BuildError, log, sha256_file
 from builder.prerender import Prerendered
 from builder.runtime import BOKEH_JS, Runtime
+from builder.search import link_terms, read_glossary, search_index
 
 MACROS = '{% from "macros.html" import figure, cite, takeaway, question with context %}'
 
@@ -244,6 +245,7 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
     def write(name: str, html_text: str) -> None:
         (out / name).write_text(html_text)
 
+    html_of: dict[str, str] = {}          # each chapter's text as HTML, before terms are linked
     for c in chapters:
         for key in re.findall(r'cite\(\s*["\']([^"\']+)["\']', c.body):
             if key not in references:
@@ -251,8 +253,11 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         body = render_body(env, c, shared, contents)
         for key in dict.fromkeys(re.findall(r'class="cite" href="references.html#([^"]+)"', body)):
             cited.setdefault(key, []).append(c)
-        content = scrolling_tables(markdown.markdown(body, extensions=["md_in_html", "tables", "attr_list", "smarty"],
-                                                     output_format="html"))
+        html_of[c.file] = scrolling_tables(markdown.markdown(
+            body, extensions=["md_in_html", "tables", "attr_list", "smarty", "toc"], output_format="html"))
+    glossary = read_glossary(chapters, html_of)
+    for c in chapters:
+        content = link_terms(html_of[c.file], glossary)
         figs = [figures[f] for f in c.figures]
         write(c.file, env.get_template("chapter.html").render(
             **shared, chapter=c, chapters=chapters, content=content, figures=figs, body_class="chapter-page",
@@ -272,6 +277,14 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
         **shared, references=refs, figures=[], body_class="references-page",
         page_title="References · LLM inference, live"))
     log("site/references.toml", "references.html")
+    write("glossary.html", env.get_template("glossary.html").render(
+        **shared, glossary=glossary, figures=[], body_class="glossary-page",
+        page_title="Glossary · LLM inference, live"))
+    log("site/glossary.toml", "glossary.html")
+    write("search.json", json.dumps(search_index(chapters, html_of), ensure_ascii=False) + "\n")
+    write("search.html", env.get_template("search.html").render(
+        **shared, figures=[], body_class="search-page", page_title="Search · LLM inference, live"))
+    log("chapters", "search.json, search.html")
     listing = [{"number": c.number, "title": c.title, "file": c.file, "figures": c.figures} for c in chapters]
     write("chapters.json", json.dumps(listing, indent=1) + "\n")
     log("chapters", "chapters.json")

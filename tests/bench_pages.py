@@ -4,6 +4,7 @@
     ./dev bench                                   # every chapter page with figures
     ./dev bench --pages ch04-batching.html ch09-speculative.html --runs 3
     ./dev bench --proof ../shared/runtime-proof   # also that reference proof, same run
+    ./dev bench --mobile                          # on a phone: 390 px, CPU 4x slower, touch
 
 Three ways to start Python, measured alternately in one run (the order flips every run),
 so that a shared machine's drift hits them alike:
@@ -56,7 +57,7 @@ from builder.runtime import PYODIDE_VERSION, WASM_CARRIER_FILE  # noqa: E402
 from builder.serve import serving  # noqa: E402
 from tests.browser import attach, chromium_context, wait_states  # noqa: E402
 from tests.figures import collect, control_patch  # noqa: E402
-from tests.pipe_browser import PipePage, pipe_browser  # noqa: E402
+from tests.pipe_browser import DESKTOP, PHONE, PipePage, pipe_browser  # noqa: E402
 
 MOVE_JS = """async ([id, key, props]) => {
   // Move one control; time until the first of the figure's sources or readouts changed
@@ -276,14 +277,14 @@ def bare_once(ctx, base: str, counters: dict) -> dict:
 
 
 def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves: int,
-               driver: str = "pipe") -> list[dict]:
+               driver: str = "pipe", device=DESKTOP) -> list[dict]:
     """Every page, every way, cold then warm, alternating the order of the ways each run.
     `driver` "pipe" loads the pages in a browser with no inspector attached to them
     (tests/pipe_browser.py), "playwright" through Playwright."""
     from playwright.sync_api import sync_playwright
 
     def browser(p, profile):
-        return pipe_browser(profile) if driver == "pipe" else chromium_context(p, profile)
+        return pipe_browser(profile, device=device) if driver == "pipe" else chromium_context(p, profile)
 
     results = []
     counters: dict = {}
@@ -427,12 +428,18 @@ def main() -> int:
                     help="pipe (default): pages load with no inspector attached, as in a reader's browser "
                          "(tests/pipe_browser.py); playwright: through Playwright, which inspects the "
                          "page's workers and slows their start")
+    ap.add_argument("--mobile", action="store_true",
+                    help="a phone: 390 x 844 px at 3x, CPU throttled 4x through the DevTools protocol, touch "
+                         "events (tests/pipe_browser.py PHONE; with the pipe driver only)")
     a = ap.parse_args()
+    if a.mobile and a.driver != "pipe":
+        ap.error("--mobile needs the pipe driver")
     chapters = read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
+    device = PHONE if a.mobile else DESKTOP
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}; "
-          f"driver {a.driver}", flush=True)
-    results = bench_site(a.site, pages, a.runs, a.moves, a.driver)
+          f"driver {a.driver}; device {device}", flush=True)
+    results = bench_site(a.site, pages, a.runs, a.moves, a.driver, device)
     ok = report(results)
     raw = {"pages": results}
     if a.proof:

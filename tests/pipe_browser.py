@@ -23,6 +23,7 @@ before or after it (not at the same time).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import json
 import os
 import select
@@ -45,6 +46,23 @@ PLAYWRIGHT_LIKE_ARGS = [
 WINDOW = (1100, 900)   # tests.browser.chromium_context's viewport
 
 
+@dataclass(frozen=True)
+class Device:
+    """What a page is shown on: its viewport, and for a phone its CPU slowed down and touch."""
+
+    width: int = WINDOW[0]
+    height: int = WINDOW[1]
+    scale: float = 1.0
+    mobile: bool = False
+    cpu_slowdown: float = 1.0      # DevTools' CPU throttling rate (4: a quarter of this machine)
+
+
+DESKTOP = Device()
+# a current phone: 390 x 844 CSS px at 3x, its CPU taken as a quarter of this machine's (the
+# "4x slowdown" profile of Chrome's DevTools for a mid-range phone), touch events
+PHONE = Device(390, 844, 3.0, True, 4.0)
+
+
 class ProtocolError(RuntimeError):
     """The browser answered a command with an error, or went away."""
 
@@ -52,8 +70,9 @@ class ProtocolError(RuntimeError):
 class PipeBrowser:
     """One Chromium process on `profile`, its DevTools protocol on fds 3 (in) and 4 (out)."""
 
-    def __init__(self, profile: Path, timeout_s: float = 60):
+    def __init__(self, profile: Path, timeout_s: float = 60, device: Device = DESKTOP):
         self.timeout_s = timeout_s
+        self.device = device
         to_chrome_r, to_chrome_w = os.pipe()
         from_chrome_r, from_chrome_w = os.pipe()
         args = [CHROMIUM, *CHROME_ARGS, *PLAYWRIGHT_LIKE_ARGS, "--remote-debugging-pipe",
@@ -103,8 +122,13 @@ class PipeBrowser:
     def new_page(self) -> PipePage:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        self.send("Emulation.setDeviceMetricsOverride", {"width": WINDOW[0], "height": WINDOW[1],
-                                                         "deviceScaleFactor": 1, "mobile": False}, session)
+        d = self.device
+        self.send("Emulation.setDeviceMetricsOverride", {"width": d.width, "height": d.height,
+                                                         "deviceScaleFactor": d.scale, "mobile": d.mobile}, session)
+        if d.mobile:
+            self.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5}, session)
+        if d.cpu_slowdown != 1:
+            self.send("Emulation.setCPUThrottlingRate", {"rate": d.cpu_slowdown}, session)
         return PipePage(self, target, session)
 
     def close(self) -> None:
@@ -201,8 +225,8 @@ class PipePage:
 
 
 @contextlib.contextmanager
-def pipe_browser(profile: Path, timeout_s: float = 60):
-    b = PipeBrowser(profile, timeout_s)
+def pipe_browser(profile: Path, timeout_s: float = 60, device: Device = DESKTOP):
+    b = PipeBrowser(profile, timeout_s, device)
     try:
         yield b
     finally:

@@ -11,7 +11,7 @@ import pytest
 from builder.serve import serving
 from tests.pipe_browser import ProtocolError, pipe_browser
 
-PAGE = """<!doctype html><meta charset="utf-8"><title>pipe</title>
+PAGE = """<!doctype html><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>pipe</title>
 <p id="out">start</p>
 <script>
 console.error("logged before anything was attached");
@@ -80,3 +80,23 @@ def test_a_chapter_loads_live_in_the_pipe_browser_as_the_benchmark_times_it(serv
     assert 0 < res["poster_ms"] < res["live_ms"] < (time.monotonic() - t0) * 1000
     assert res["errors"] == [] and res["off_site"] == []
     assert len(res["moves"]) == 2 and all(0 < m["data_ms"] <= m["done_ms"] for m in res["moves"])
+
+
+def test_the_phone_profile_is_narrow_touch_and_slower(small_site, tmp_path):
+    """`./dev bench --mobile`: 390 CSS px at 3x, touch, and the CPU throttled 4x (a loop of
+    fixed work takes clearly longer than on the same browser unthrottled)."""
+    from tests.pipe_browser import PHONE
+
+    loop = "() => { const t = performance.now(); let x = 0; for (let i = 0; i < 3e7; i++) x += i % 7; return performance.now() - t; }"
+    took = {}
+    for name, device in (("desktop", None), ("phone", PHONE)):
+        with pipe_browser(tmp_path / f"profile-{name}", **({"device": device} if device else {})) as b:
+            page = b.new_page()
+            page.goto(small_site + "index.html")
+            shape = page.evaluate("() => [innerWidth, devicePixelRatio, navigator.maxTouchPoints]")
+            took[name] = min(page.evaluate(loop) for _ in range(3))
+        if device:
+            assert shape == [390, 3, 5], shape
+        else:
+            assert shape[0] == 1100 and shape[2] == 0, shape
+    assert took["phone"] > 2 * took["desktop"], took

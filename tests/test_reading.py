@@ -141,10 +141,11 @@ REFLOW_JS = """(id) => {
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c["file"] for c in CHAPTERS])
-def test_on_a_phone_a_figure_puts_its_controls_above_its_plots(page, server, chapter):
+def test_on_a_phone_a_figure_puts_its_controls_above_its_plots(page, server, chapter, axe_js):
     """At 390 px a figure reflows: its controls stack above its plots, and it is no wider
     than its box unless one of its plots alone is (a plot keeps its size and scrolls in
-    the figure's box: plots that take the width they are given are still to come)."""
+    the figure's box: plots that take the width they are given are still to come). And
+    axe-core finds no serious or critical violation on the page, its figures live."""
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(server + chapter["file"])
     wait_states(page, chapter["figures"], states=("live",), timeout_s=120)
@@ -152,3 +153,55 @@ def test_on_a_phone_a_figure_puts_its_controls_above_its_plots(page, server, cha
         got = page.evaluate(REFLOW_JS, fid)
         assert got["stacked"], (fid, got)
         assert got["right"] <= 390 and (got["scroll"] <= got["client"] + 1 or got["widestPlot"] > got["client"]), (fid, got)
+    assert axe_violations(page, axe_js) == []
+
+
+AXE_VERSION = "4.11.0"
+AXE_SHA256 = "39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107"   # npm pack axe-core@4.11.0
+
+
+@pytest.fixture(scope="module")
+def axe_js() -> str:
+    """axe-core's axe.min.js from its pinned npm package (kept in the download cache)."""
+    import tarfile
+
+    from builder import common
+    from builder.common import check_hash, download
+
+    tgz = common.CACHE / f"axe-core-{AXE_VERSION}.tgz"
+    if not tgz.exists():
+        download(common.CACHE, "npm", "pack", f"axe-core@{AXE_VERSION}", "--pack-destination", "{dir}", "--silent")
+    check_hash(tgz.read_bytes(), AXE_SHA256, tgz.name)
+    with tarfile.open(tgz) as tf:
+        return tf.extractfile("package/axe.min.js").read().decode()
+
+
+AXE_JS = """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+  .filter(v => v.impact === 'serious' || v.impact === 'critical')
+  .map(v => `${v.id} (${v.impact}): ${v.nodes.length} elements, e.g. ${v.nodes[0].target.join(' ')}: ${v.nodes[0].html.slice(0, 100)}`)"""
+
+
+def axe_violations(page, axe_js: str) -> list[str]:
+    page.wait_for_timeout(100)                     # the controls' names are given a frame after
+    page.add_script_tag(content=axe_js)
+    return page.evaluate(AXE_JS)
+
+
+def test_axe_finds_no_serious_violation_on_the_other_pages(page, server, axe_js):
+    """axe-core on every page that is not a chapter with figures (those: the phone test
+    above) and on one figure page, live: no serious or critical violation. A failure names
+    the rule, how many elements break it and the first of them."""
+    chapters = {c["file"] for c in CHAPTERS}
+    others = [n for n in PAGES if n not in chapters and not n.startswith("figure-")]
+    figure_page = next(n for n in PAGES if n.startswith("figure-"))
+    page.set_viewport_size({"width": 1100, "height": 900})
+    found = {}
+    for name in [*others, figure_page, "search.html?q=KV+cache"]:
+        page.goto(server + name)
+        figures = page.evaluate("() => [...document.querySelectorAll('figure.fig')].map(f => f.dataset.figure)")
+        if figures:
+            wait_states(page, figures, states=("live",), timeout_s=120)
+        violations = axe_violations(page, axe_js)
+        if violations:
+            found[name] = violations
+    assert len(others) >= 5 and found == {}, found

@@ -127,6 +127,7 @@ async function embedPreview(id, fig) {
   const views = await Bokeh.embed.embed_items(data.docs_json, data.render_items);
   fig.staticRoot = [...views[0].roots.values()][0].model;
   fig.staticViews = views;
+  nameControls([...views[0].roots.values()][0]);
   fig.fingerprint = data.fingerprint;            // of its models, as Python's (widgets/runtime.py)
   fig.initial = controlValues(fig.staticRoot);   // to tell what the reader changes before it is live
   await nextPaint();
@@ -331,8 +332,37 @@ async function onRender(msg) {
   becameLive(fig);
 }
 
+// ------------------------------------------------------------------ accessible names
+
+// Names the widgets' own markup lacks, for screen readers (tests/test_reading.py runs
+// axe-core on every page): a slider's handle, a player's buttons and its range, a checkbox;
+// each from the control's own title or label. Run when a figure is drawn and after Python
+// changed it (a widget drawn anew has lost them).
+const PLAYER_BUTTONS = { first: "first step", previous: "previous step", reverse: "play backwards",
+                         pause: "pause", play: "play", next: "next step", last: "last step" };
+function nameControls(rootView) {
+  (function walk(v) {
+    if (!v || !v.el || !v.model) return;
+    const inside = v.el.shadowRoot;
+    const title = String(v.model.title || v.model.label || v.model.name || "");
+    if (inside) {
+      const unnamed = (sel) => [...inside.querySelectorAll(sel)].filter((el) => !el.hasAttribute("aria-label"));
+      for (const h of unnamed(".noUi-handle")) h.setAttribute("aria-label", title || "slider");
+      for (const c of unnamed("input[type=checkbox]")) c.setAttribute("aria-label", String(v.model.label || title || "option"));
+      for (const r of unnamed("input[type=range]")) r.setAttribute("aria-label", title ? `${title}: step` : "step");
+      for (const b of unnamed("button")) {
+        if (b.textContent.trim()) continue;
+        const kind = [...b.classList].find((k) => PLAYER_BUTTONS[k]);
+        b.setAttribute("aria-label", PLAYER_BUTTONS[kind] || title || "button");
+      }
+    }
+    for (const child of (v.children ? v.children() : [])) walk(child);
+  })(rootView);
+}
+
 function becameLive(fig) {
   observer.unobserve(fig.el);
+  for (const root of Bokeh.index.roots) if (fig.el.contains(root.el)) nameControls(root);
   fig.live = true;
   lastLive = performance.now();
   setState(fig, "live", LIVE);
@@ -392,6 +422,7 @@ async function onMessage(msg) {
       break;
     case "patch":
       try { patching += 1; FIGS.get(msg.figure).doc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
+      requestAnimationFrame(() => { for (const root of Bokeh.index.roots) if (FIGS.get(msg.figure).el.contains(root.el)) nameControls(root); });
       break;
     case "idle": flushQueue(); break;
     case "rehearsed": mark("rehearsed", msg.t - performance.timeOrigin); G.rehearsal = { ms: msg.ms, left: msg.left, sent: msg.sent }; break;

@@ -110,7 +110,10 @@ def test_a_read_only_place_is_refused():
 
 
 def test_a_stop_during_the_move_takes_effect_once_all_is_in_place(tmp_path, monkeypatch):
-    """SIGINT while the files move: held back until the new export is whole."""
+    """SIGINT while the files move: held back until the new export is whole. (Python's own
+    SIGINT handler is set here: a process started in the background, as CI may be, inherits
+    SIGINT ignored, and then a Ctrl-C rightly does nothing.)"""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "exports"
     place(staged(out, {"index.json": "[1]", "a.png": "old", "a.svg": "old"}), out, PLANNED)
     staging = staged(out, {"index.json": "[2]", "a.png": "new", "a.svg": "new"})
@@ -124,8 +127,11 @@ def test_a_stop_during_the_move_takes_effect_once_all_is_in_place(tmp_path, monk
             os.kill(os.getpid(), signal.SIGINT)          # arrives in the middle of the move
     monkeypatch.setattr(os, "replace", replace)
     done = []
-    with pytest.raises(KeyboardInterrupt):
-        place(staging, out, PLANNED, placed=lambda: done.append(True))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            place(staging, out, PLANNED, placed=lambda: done.append(True))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert done == [True] and moves[-1] == MANIFEST
     assert {n: (out / n).read_text() for n in ("index.json", "a.png", "a.svg")} == {
         "index.json": "[2]", "a.png": "new", "a.svg": "new"}

@@ -89,3 +89,16 @@ def test_the_commands_print_their_help():
     for args in (["build.py"], ["-m", "widgets"], ["-m", "gpu_traces.calibrate"], ["-m", "gpu_traces.schema"]):
         p = subprocess.run([sys.executable, *args, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and "usage:" in p.stdout, (args, p.stderr)
+
+
+CONVENTION_FROM = "1bb9922"        # the last commit before CONTRIBUTING.md's convention
+
+
+def test_commit_subjects_since_the_convention_fit_a_log_line():
+    """CONTRIBUTING.md: a subject says what changed in at most 72 characters."""
+    p = subprocess.run(["git", "log", "--format=%h %s", f"{CONVENTION_FROM}..HEAD"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        pytest.skip(f"no history to read here ({p.stderr.strip()[:80]})")
+    long = [line for line in p.stdout.splitlines() if len(line.split(" ", 1)[1]) > 72]
+    assert long == [], long

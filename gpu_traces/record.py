@@ -28,7 +28,7 @@ from gpu_traces import harness, kernels, suites
 from gpu_traces.schema import SCHEMA_VERSION, TraceError, time_stats, validate_trace
 from gpu_traces.shapes import counts
 from sim.kernel_model import KINDS
-from sim.cli import ArgumentParser, run
+from sim.cli import ArgumentParser, UsageError, run
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 ORDER = ("copy", "big-gemm", "gemm", "attention-decode", "attention-prefill", "elementwise")
@@ -329,13 +329,13 @@ def _output_path(out: str | None, slug: str, stamp: str, suite_name: str) -> Pat
 def check_writable(path: Path) -> None:
     """Fail now, before any measuring, if the trace could not be written to `path`."""
     if path.is_dir():
-        raise SystemExit(f"--out {path}: is a directory; give a .json file or a folder")
+        raise UsageError(f"--out {path}: is a directory; give a .json file or a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
             pass
     except OSError as e:
-        raise SystemExit(f"--out {path}: cannot write there ({e.strerror or e}); nothing was "
+        raise UsageError(f"--out {path}: cannot write there ({e.strerror or e}); nothing was "
                          f"measured") from None
 
 
@@ -387,7 +387,7 @@ def record(device_type: str, quick: bool, out: str | None = None,
            max_seconds: float | None = None, kinds=KINDS, threads: int | None = None) -> Path:
     """Run a suite on `device_type` ("cuda" | "cpu") and write the validated trace; its path."""
     if device_type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch sees no CUDA device (torch "
+        raise UsageError("--device cuda: torch sees no CUDA device (torch "
                          f"{torch.__version__}, built for CUDA {torch.version.cuda}); "
                          "install a CUDA build of torch or use --device cpu")
     start = time.monotonic()

@@ -31,7 +31,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from sim.cli import ArgumentParser, run
+from sim.cli import ArgumentParser, UsageError, run
 
 STEPS_DIR = Path(__file__).resolve().parent / "steps"     # <device slug>/<UTC time>-steps.json
 FORMAT = "gpu-steps"
@@ -267,7 +267,7 @@ def record(device_type: str, quick: bool, out: Path | None, repeats: int,
     from gpu_traces.schema import time_stats
     start = time.monotonic()
     if device_type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch sees no CUDA device")
+        raise UsageError("--device cuda: torch sees no CUDA device")
     device = torch.device("cuda:0" if device_type == "cuda" else "cpu")
     torch.manual_seed(0)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

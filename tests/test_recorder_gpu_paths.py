@@ -226,7 +226,7 @@ def test_an_unwritable_output_path_fails_before_measuring(tmp_path):
     proc = subprocess.run([str(TRACE_PYTHON), "-m", "gpu_traces.record", "--device", "cpu",
                            "--quick", "--out", str(tmp_path / "file" / "t.json")], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "cannot write there" in proc.stderr
+    assert proc.returncode == 2 and "cannot write there" in proc.stderr and "Traceback" not in proc.stderr
     assert "nothing was measured" in proc.stderr and "copy 4 KiB" not in proc.stderr
 
 

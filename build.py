@@ -183,7 +183,11 @@ def export(export_dir: Path | None, ids: list[str] | None) -> int:
                 raise
             what = "holds the new export, whole" if getattr(e, "export_placed", False) else "is as it was"
             print(f"{prog}: interrupted ({signal.Signals(signum).name}); {folder} {what}", file=sys.stderr)
-            return 128 + signum
+            # the folder is settled and the staging folder gone; what is left would only print
+            # noise at exit (Playwright's futures, failed with the driver the same Ctrl-C ended)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)
     return 0
 
 

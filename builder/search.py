@@ -58,6 +58,7 @@ def read_glossary(chapters: list, contents: dict[str, str]) -> list[dict]:
     except (OSError, tomllib.TOMLDecodeError, KeyError) as e:
         raise BuildError(f"{path}: cannot be read ({e})") from None
     by_number = {c.number: c for c in chapters}
+    anchors = {c.file: {heading: anchor for anchor, heading, _ in sections(contents[c.file])} for c in chapters}
     out = []
     for t in terms:
         missing = [k for k in ("id", "term", "forms", "chapter", "section", "text") if k not in t]
@@ -66,11 +67,10 @@ def read_glossary(chapters: list, contents: dict[str, str]) -> list[dict]:
         c = by_number.get(t["chapter"])
         if c is None:       # a chapter left out of this build (--chapters): no entry
             continue
-        anchors = {heading: anchor for anchor, heading, _ in sections(contents[c.file])}
-        if t["section"] not in anchors:
+        if t["section"] not in anchors[c.file]:
             raise BuildError(f"{path}: {t['term']!r} is taught in chapter {c.number}, section "
                              f"{t['section']!r}, which {c.file} does not have")
-        out.append(dict(t, url=f"{c.file}#{anchors[t['section']]}", chapter_title=c.title))
+        out.append(dict(t, url=f"{c.file}#{anchors[c.file][t['section']]}", chapter_title=c.title))
     return sorted(out, key=lambda t: t["term"].lower())
 
 

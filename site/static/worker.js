@@ -134,15 +134,8 @@ async function normalBoot(runtime) {
   }).catch(() => {});
   const { loadPyodide } = await pyodideModule;
   await importRuntime(runtime);
-  const create = globalThis._createPyodideModule;
-  if (typeof create !== "function") throw new Error(`${runtime.pyodide}pyodide.asm.js defined no _createPyodideModule`);
-  globalThis._createPyodideModule = (settings) => guardedCreate(runtime, create, settings);
-  let pyodide;
-  try {
-    pyodide = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await lockFile).url, fullStdLib: false });
-  } finally {
-    globalThis._createPyodideModule = create;
-  }
+  const pyodide = await withRuntimeCreation(runtime, (create) => (settings) => guardedCreate(runtime, create, settings),
+    async () => loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await lockFile).url, fullStdLib: false }));
   const total = (await wheels).length;
   let loaded = 0;
   progress("packages", 0, total);
@@ -328,9 +321,7 @@ async function restoreSnapshot(runtime, snap) {
   // the snapshot's bytes are all there, before Pyodide copies the snapshot into memory.
   // The runtime starts while the snapshot is still downloading.
   await importRuntime(runtime);
-  const create = globalThis._createPyodideModule;
-  if (typeof create !== "function") throw new Error(`${runtime.pyodide}pyodide.asm.js defined no _createPyodideModule`);
-  globalThis._createPyodideModule = async (settings) => {
+  const restored = await withRuntimeCreation(runtime, (create) => async (settings) => {
     // The snapshot's file leaves out the zero pages at the top of its memory
     // (builder/snapshot.py trim_memory): the memory is made the full size it had, not the
     // file's length, which is what Pyodide would make it.
@@ -348,14 +339,8 @@ async function restoreSnapshot(runtime, snap) {
     step("snapshot_bytes");
     if (snapshotBuildId(memory) !== snap.build_id) throw new Error("the snapshot is of another runtime build");
     return M;
-  };
-  let restored;
-  try {
-    restored = await loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await readLock(runtime)).url, fullStdLib: false,
-                                   stdLibURL: EMPTY_ZIP, _loadSnapshot: memory, _snapshotDeserializer: deserializer });
-  } finally {
-    globalThis._createPyodideModule = create;
-  }
+  }, async () => loadPyodide({ indexURL: ROOT + runtime.pyodide, lockFileURL: (await readLock(runtime)).url, fullStdLib: false,
+                               stdLibURL: EMPTY_ZIP, _loadSnapshot: memory, _snapshotDeserializer: deserializer }));
   // The standard library came with the installed files, less what is in memory: Python's
   // zip importers still hold the directory of Pyodide's full zip and must read this one's.
   // Then what the snapshot holds ready: the figures built (widgets.runtime.prebuild) and
@@ -390,6 +375,19 @@ function afterLive() {
 // the page would say "starting Python" forever. So the runtime's creation is raced against
 // the first WebAssembly instantiation it makes (the runtime's own) failing, and against
 // Emscripten's abort; then `bootFailure` names the runtime files that are not the build's.
+
+// `load()` with the global Pyodide creates the runtime through (_createPyodideModule, defined
+// by pyodide.asm.js) replaced, for that one boot, by `wrap(create)`; put back afterwards.
+async function withRuntimeCreation(runtime, wrap, load) {
+  const create = globalThis._createPyodideModule;
+  if (typeof create !== "function") throw new Error(`${runtime.pyodide}pyodide.asm.js defined no _createPyodideModule`);
+  globalThis._createPyodideModule = wrap(create);
+  try {
+    return await load();
+  } finally {
+    globalThis._createPyodideModule = create;
+  }
+}
 
 async function guardedCreate(runtime, create, settings) {
   let fail;

@@ -360,9 +360,13 @@ function nameControls(rootView) {
   })(rootView);
 }
 
+function nameFigure(fig) {
+  for (const root of Bokeh.index.roots) if (fig.el.contains(root.el)) nameControls(root);
+}
+
 function becameLive(fig) {
   observer.unobserve(fig.el);
-  for (const root of Bokeh.index.roots) if (fig.el.contains(root.el)) nameControls(root);
+  nameFigure(fig);
   fig.live = true;
   lastLive = performance.now();
   setState(fig, "live", LIVE);
@@ -422,7 +426,7 @@ async function onMessage(msg) {
       break;
     case "patch":
       try { patching += 1; FIGS.get(msg.figure).doc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
-      requestAnimationFrame(() => { for (const root of Bokeh.index.roots) if (FIGS.get(msg.figure).el.contains(root.el)) nameControls(root); });
+      requestAnimationFrame(() => nameFigure(FIGS.get(msg.figure)));
       break;
     case "idle": flushQueue(); break;
     case "rehearsed": mark("rehearsed", msg.t - performance.timeOrigin); G.rehearsal = { ms: msg.ms, left: msg.left, sent: msg.sent }; break;

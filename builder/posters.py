@@ -468,9 +468,14 @@ def control_html(w) -> str:
     if isinstance(w, (pn.widgets.RadioButtonGroup, pn.widgets.RadioBoxGroup)):
         opts = list(w.options if not isinstance(w.options, dict) else w.options.keys())
         vals = list(w.options.values()) if isinstance(w.options, dict) else opts
-        cells = "".join(f'<span class="{"on" if v == w.value else ""}">{e(o)}</span>' for o, v in zip(opts, vals))
+        if isinstance(w, pn.widgets.RadioBoxGroup):          # a column of round radio buttons
+            cells = "".join(f'<span>{"&#9673;" if v == w.value else "&#9675;"} {e(o)}</span>' for o, v in zip(opts, vals))
+            kind = "pst-radio pst-boxes"
+        else:                                                 # a row of buttons, one pressed
+            cells = "".join(f'<span class="{"on" if v == w.value else ""}">{e(o)}</span>' for o, v in zip(opts, vals))
+            kind = "pst-radio"
         return (f'<div class="pst-ctl" style="{width}"><div class="pst-label">{label}</div>'
-                f'<div class="pst-radio">{cells}</div></div>')
+                f'<div class="{kind}">{cells}</div></div>')
     if isinstance(w, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
         mark = "&#9745;" if w.value else "&#9744;"
         return f'<div class="pst-ctl" style="{width}"><div class="pst-check">{mark} {label}</div></div>'

@@ -19,6 +19,14 @@ class Prerendered:
     prerender: str          # JSON for <script type="application/json">, "</" escaped
     height: int
     controls: str = "{}"    # its controls as links carry them (url_controls), JSON, "</" escaped
+    readouts: str = ""      # the keys of the readouts its text alternative reads, in order
+
+
+def described_readouts(view) -> list[str]:
+    """The readouts a figure's text alternative reads out (static/guide.js describeFigure):
+    all but its notes on where the numbers come from, which a screen reader can read under
+    the figure and which would make every change a long announcement."""
+    return [k for k in view.readouts if k != "note" and not k.endswith("_note")]
 
 
 def url_token(value) -> str:
@@ -91,6 +99,7 @@ def prerender_figures(figure_ids: list[str], runtime: Runtime) -> dict[str, Prer
         text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # key order matters to BokehJS
         height = max([getattr(p, "height", 0) or 0 for p in view.plots] + [300]) + 60
         controls = json.dumps(url_controls(view), separators=(",", ":")).replace("</", "<\\/")
-        out[fid] = Prerendered(fid, widgets.module(fid).TITLE, poster_html(view), text, height, controls)
+        out[fid] = Prerendered(fid, widgets.module(fid).TITLE, poster_html(view), text, height, controls,
+                               " ".join(described_readouts(view)))
         log(f"widgets.{fid}", f"pre-rendered ({len(text) // 1024} KiB document)")
     return out

@@ -216,7 +216,9 @@ def run_node(pyo: Path, work: Path) -> None:
     for line in r.stdout.splitlines():
         log(line)
     if r.returncode != 0:
-        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-15:])
+        # its last lines, each cut short (Node echoes a line of minified source before a stack)
+        tail = "\n".join(line if len(line) <= 200 else line[:200] + "..."
+                         for line in (r.stderr or r.stdout).strip().splitlines()[-15:])
         raise BuildError(f"builder/snapshot.mjs failed (exit {r.returncode}); the Pyodide memory snapshot "
                          f"could not be made:\n{tail}\nFix it, or build with --no-snapshot to ship pages "
                          f"that boot Python normally (several seconds slower)")

@@ -3,7 +3,9 @@
 chapter prints with its figures' posters and no controls."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,9 +37,20 @@ OVERFLOW_JS = """() => {
 }"""
 
 
+# Layout shifts as the page reports them (the Layout Instability API), summed as CLS does
+# for a page whose reader has not yet pressed anything: from the first byte of the page.
+CLS_JS = """
+window.__cls = 0;
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) if (!e.hadRecentInput) window.__cls += e.value;
+}).observe({type: 'layout-shift', buffered: true});
+"""
+
+
 @pytest.fixture(scope="module")
 def page(chromium):
     p = chromium.new_page()
+    p.add_init_script(CLS_JS)
     yield p
     p.set_viewport_size({"width": 1100, "height": 900})
     p.emulate_media(media="screen")
@@ -57,11 +70,16 @@ def text_page(chromium):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_no_page_scrolls_sideways(text_page, server, width):
+    """Every page at the five widths (its screenshots kept in $GUIDE_SCREENSHOTS, when set,
+    for a person to look through: <page>-<width>.png)."""
     page = text_page
     page.set_viewport_size({"width": width, "height": 844})
+    shots = os.environ.get("GUIDE_SCREENSHOTS")
     bad = {}
     for name in PAGES:
         page.goto(server + name, wait_until="load")
+        if shots:
+            page.screenshot(path=str(Path(shots) / f"{name.removesuffix('.html')}-{width}.png"), full_page=True)
         got = page.evaluate(OVERFLOW_JS)
         if got["scroll"] > got["client"] or got["out"] or got["wide"]:
             bad[name] = got
@@ -124,36 +142,72 @@ REFLOW_JS = """(id) => {
   const fig = document.querySelector(`[data-figure="${id}"]`);
   const frame = fig.querySelector('.fig-frame');
   const root = [...Bokeh.index.roots].find(v => frame.contains(v.el));
-  const controls = [], plots = [];
+  const controls = [], plots = [], titles = [];
   (function walk(v) {
     if (!v || !v.el || typeof v.el.getBoundingClientRect !== 'function') return;
     const t = v.model.type, r = v.el.getBoundingClientRect();
-    if (t === 'Figure' || t === 'Plot') { plots.push({top: r.top, width: Math.max(r.width, v.model.width || 0)}); return; }
+    if (t === 'Figure' || t === 'Plot') {
+      plots.push({top: r.top, width: r.width});
+      // a title line wider than the plot's frame is clipped by its canvas
+      const ctx = document.createElement('canvas').getContext('2d'), title = v.model.title;
+      if (title && title.text) {
+        ctx.font = `${title.text_font_style} ${title.text_font_size} ${title.text_font}`;
+        for (const line of title.text.split('\\n'))
+          if (ctx.measureText(line).width > v.model.inner_width + 1) titles.push(line);
+      }
+      return;
+    }
     if (/Select|Slider|RadioButtonGroup|Toggle|Checkbox|Button/.test(t) && r.width > 0) controls.push(r);
     for (const c of (v.children ? v.children() : [])) walk(c);
   })(root);
   const frameBox = frame.getBoundingClientRect();
   return {scroll: frame.scrollWidth, client: frame.clientWidth, right: Math.round(frameBox.right),
-          widestPlot: Math.max(0, ...plots.map(r => r.width)),
+          widestPlot: Math.max(0, ...plots.map(r => r.width)), titles,
           // the first control (the controls come first in every figure) above the first plot
           stacked: !controls.length || !plots.length || Math.min(...plots.map(r => r.top)) >= controls[0].bottom - 1};
 }"""
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c["file"] for c in CHAPTERS])
-def test_on_a_phone_a_figure_puts_its_controls_above_its_plots(page, server, chapter, axe_js):
-    """At 390 px a figure reflows: its controls stack above its plots, and it is no wider
-    than its box unless one of its plots alone is (a plot keeps its size and scrolls in
-    the figure's box: plots that take the width they are given are still to come). And
-    axe-core finds no serious or critical violation on the page, its figures live."""
+def test_on_a_phone_figures_reflow_and_the_keyboard_moves_them(page, server, chapter, axe_js):
+    """At 390 px a figure reflows: its controls stack above its plots, its plots take the
+    width they are given (none wider than the figure's box, which never scrolls
+    sideways), a plot's title fits in it, and every control is a target of 24 x 24 px at
+    least. The page moves by no more than a CLS of 0.1 from its first paint to its figures
+    live; axe-core finds no serious or critical violation on it. Then the keyboard alone
+    moves every control of the chapter's first figure (check_keyboard_moves)."""
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(server + chapter["file"])
     wait_states(page, chapter["figures"], states=("live",), timeout_s=120)
     for fid in chapter["figures"]:
         got = page.evaluate(REFLOW_JS, fid)
         assert got["stacked"], (fid, got)
-        assert got["right"] <= 390 and (got["scroll"] <= got["client"] + 1 or got["widestPlot"] > got["client"]), (fid, got)
+        assert got["right"] <= 390 and got["scroll"] <= got["client"] + 1, (fid, got)
+        assert got["widestPlot"] <= got["client"] and got["titles"] == [], (fid, got)
+        small = page.evaluate(TOUCH_JS, fid)
+        assert small == [], (fid, small)
+    cls = page.evaluate("() => window.__cls")
+    assert cls <= 0.1, (chapter["file"], cls)
     assert axe_violations(page, axe_js) == []
+    check_keyboard_moves(page, chapter["figures"][0])
+
+
+# A figure's touch targets smaller than 24 x 24 px (WCAG 2.2, 2.5.8): a slider's handle,
+# a checkbox, a menu, a button (its plots' toolbars aside).
+TOUCH_JS = """(id) => {
+  const small = [];
+  const visit = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) visit(el.shadowRoot);
+      if (!el.matches('.noUi-handle, input[type=checkbox], input[type=radio], input[type=range], select, button')) continue;
+      if (el.closest('.bk-toolbar') || (el.getRootNode().host || {}).closest?.('.bk-Toolbar, .bk-toolbar')) continue;
+      const r = el.getBoundingClientRect();
+      if (r.width && (r.width < 24 || r.height < 24)) small.push(`${el.tagName}.${el.className} ${Math.round(r.width)}x${Math.round(r.height)}`);
+    }
+  };
+  visit(document.querySelector(`[data-figure="${id}"] .fig-frame`));
+  return small.slice(0, 5);
+}"""
 
 
 AXE_VERSION = "4.11.0"
@@ -205,3 +259,154 @@ def test_axe_finds_no_serious_violation_on_the_other_pages(page, server, axe_js)
         if violations:
             found[name] = violations
     assert len(others) >= 5 and found == {}, found
+
+
+def test_in_dark_mode_the_page_and_its_figures_turn_dark_and_stay_readable(page, server, axe_js):
+    """prefers-color-scheme: dark: a dark page, each figure drawn inverted (hues kept), and
+    axe-core (colour contrast included) finds no serious or critical violation."""
+    page.set_viewport_size({"width": 1024, "height": 800})
+    page.emulate_media(color_scheme="dark")
+    try:
+        page.goto(server + "ch05-latency.html")
+        figures = page.evaluate("() => [...document.querySelectorAll('figure.fig')].map(f => f.dataset.figure)")
+        wait_states(page, figures, states=("live",), timeout_s=120)
+        look = page.evaluate("""() => ({body: getComputedStyle(document.body).backgroundColor,
+          filters: [...document.querySelectorAll('.fig-frame')].map(f => getComputedStyle(f).filter)})""")
+        assert look["body"] == "rgb(20, 23, 28)", look
+        assert look["filters"] and all(f.startswith("invert(0.92)") for f in look["filters"]), look
+        assert axe_violations(page, axe_js) == []
+    finally:
+        page.emulate_media(color_scheme="light")
+
+
+# The focused element, down through the shadow roots, and whether it is inside control
+# `key` of figure `id` (the control's view carries the CSS class ctl-<key>).
+FOCUSED_JS = """([id, key]) => {
+  let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  if (!a) return {inside: false};
+  let inside = false, fig = false;
+  for (let n = a; n; n = n.parentNode || n.host) {
+    if (n.classList && n.classList.contains(`ctl-${key}`)) inside = true;
+    if (n.dataset && n.dataset.figure === id) fig = true;
+  }
+  const s = getComputedStyle(a);
+  return {inside: inside && fig, tag: a.tagName, type: a.type || '', classes: String(a.className || ''),
+          ring: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2};
+}"""
+
+# Focus the last element the keyboard reaches before figure `id` (where a reader's Tab
+# into the figure begins).
+BEFORE_FIGURE_JS = """(id) => {
+  const fig = document.querySelector(`[data-figure="${id}"]`);
+  const all = [...document.querySelectorAll('a[href], button, input, select, [tabindex="0"]')]
+    .filter(el => fig.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_PRECEDING && el.checkVisibility());
+  const el = all[all.length - 1];
+  if (el) el.focus(); else document.activeElement?.blur();
+}"""
+
+def keyboard_move(page, fid: str, key: str, widget) -> None:
+    """Tab to control `key` of figure `fid` and change it with the keys a reader would use:
+    a menu's next option, a slider one step up, the next button of a group or a player, a
+    checkbox or a button pressed. Asserts the control is reached and shows its focus."""
+    import panel as pn
+
+    page.evaluate(BEFORE_FIGURE_JS, fid)
+    if isinstance(widget, pn.widgets.RadioButtonGroup):
+        want = lambda f: f["tag"] == "BUTTON" and "bk-active" not in f["classes"]     # noqa: E731
+    elif isinstance(widget, pn.widgets.Player):
+        want = lambda f: f["tag"] == "BUTTON" and "next" in f["classes"].split()      # noqa: E731
+    else:
+        want = lambda f: True                                                          # noqa: E731
+    for _ in range(150):
+        page.keyboard.press("Tab")
+        f = page.evaluate(FOCUSED_JS, [fid, key])
+        if f["inside"] and want(f):
+            break
+    else:
+        raise AssertionError(f"{fid}: Tab never reached control {key!r}")
+    assert f["ring"], (fid, key, f)
+    if f["tag"] == "SELECT":
+        page.keyboard.press("ArrowDown")
+    elif "noUi-handle" in f["classes"] or f["type"] == "range":
+        page.keyboard.press("ArrowRight")
+    elif f["type"] == "checkbox":
+        page.keyboard.press("Space")
+    else:
+        page.keyboard.press("Enter")
+
+
+def check_keyboard_moves(page, fid: str) -> None:
+    """Every control of live figure `fid` reached with Tab, its focus ring visible, and
+    changed with the keyboard; the figure then shows what CPython shows for the same values,
+    and its text alternative (read by screen readers, politely) says it."""
+    import panel as pn
+
+    import widgets
+    from builder.prerender import described_readouts, url_controls
+    from tests.figures import COLLECT_JS, close, cpython_state
+
+    view = widgets.build(fid)
+    spec = url_controls(view)
+    moved = []
+    for key, widget in view.controls.items():
+        if isinstance(widget, pn.widgets.Player) and widget.value >= widget.end:
+            continue
+        keyboard_move(page, fid, key, widget)
+        moved.append(key)
+        page.wait_for_timeout(300)
+    # the values the controls took, read from the live models as a link writes them
+    values = page.evaluate(CONTROL_VALUES_JS, [fid, list(spec)])
+    changes = []
+    for key in [*moved, *(k for k in spec if k not in moved)]:
+        if isinstance(view.controls[key], pn.widgets.Button):
+            changes.append((key, None))
+        elif key in values:
+            changes.append((key, from_token(view.controls[key], spec[key], values[key])))
+    expected = cpython_state(fid, changes)
+    assert close(expected, cpython_state(fid)) != [], (fid, changes)     # the moves changed the figure
+    deadline = page.evaluate("() => performance.now()") + 30_000
+    while diffs := close(page.evaluate(COLLECT_JS, [fid, "live"]), expected):
+        assert page.evaluate("() => performance.now()") < deadline, (fid, changes, diffs[:5])
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(1000)                       # the text alternative follows 0.7 s after
+    now = page.locator(f"#now-{fid}")
+    assert now.get_attribute("aria-live") == "polite"
+    said = now.text_content()
+    for key in described_readouts(view):
+        part = page.evaluate("(html) => window.__guide.readoutText(html)", expected["readouts"][key])
+        assert part and part in said, (fid, key, part, said)
+
+
+# Each control's value on the live figure, written as a link writes it (static/state.js).
+CONTROL_VALUES_JS = """([id, keys]) => {
+  const fig = window.__guide.figs.get(id);
+  const root = fig.liveRoot;
+  const out = {};
+  for (const key of keys) {
+    let m = [root, ...root.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
+    if (!m) continue;
+    const has = (x, a) => x.properties && a in x.properties;
+    if (!['value', 'active'].some(a => has(m, a)))
+      m = [...m.references()].find(r => has(r, 'value') || has(r, 'active')) || m;
+    if (has(m, 'labels') && has(m, 'active') && typeof m.active === 'number') out[key] = {index: m.active};
+    else if (has(m, 'options') && has(m, 'value')) {
+      const opts = m.options.map(o => Array.isArray(o) ? o[0] : o);
+      out[key] = {index: opts.indexOf(m.value)};
+    } else if (has(m, 'active') && typeof m.active === 'boolean') out[key] = {value: m.active};
+    else out[key] = {value: m.value};
+  }
+  return out;
+}"""
+
+
+def from_token(widget, spec: dict, got: dict):
+    """A control's value in Python from CONTROL_VALUES_JS's reading (an option's index, or a
+    discrete slider's position) and the control's link spec."""
+    from widgets.state import _options
+
+    if spec["kind"] == "choice":
+        return _options(widget)[got["index"] if "index" in got else int(got["value"])]
+    if spec["kind"] == "bool":
+        return bool(got["value"])
+    return int(got["value"]) if spec["integer"] else float(got["value"])

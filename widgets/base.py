@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import panel as pn
 from bokeh.core.property.vectorization import Field
-from bokeh.models import ColumnDataSource, FixedTicker, GlyphRenderer, Legend, Plot
+from bokeh.models import ColumnDataSource, CustomJS, FixedTicker, GlyphRenderer, Legend, Plot
 from bokeh.plotting import figure as bokeh_figure
 
 # Palette (Okabe-Ito: distinguishable with common colour-vision deficiencies)
@@ -38,11 +38,22 @@ STAND_IN = "legend-stand-in"   # tag of a renderer drawn only as a legend swatch
 # stylesheets that let a figure reflow when its box is narrower than its parts side by side
 # (Bokeh writes a fixed part's width as its min-width too, inline: hence the !important)
 REFLOW_ROW = ":host { flex-wrap: wrap; max-width: 100%; min-width: 0 !important; row-gap: 8px; }"
-REFLOW_BOX = ":host { max-width: 100%; min-width: 0 !important; }"
+REFLOW_BOX = ":host { max-width: 100%; min-width: min(100%, 280px) !important; }"
 REFLOW_TEXT = (":host { max-width: calc(100% - 20px); min-width: 0 !important; } "     # readouts' margins: 10 px a side
                ":host > div { max-width: 100%; min-width: 0 !important; }")
 
+# controls a finger can hit (WCAG 2.2 2.5.8: targets of 24 x 24 px at least) on a touch
+# screen or a phone-width window: a slider's handle, a checkbox, a player's buttons
+TOUCH = ("@media (pointer: coarse), (max-width: 600px) { "
+         ":host { --handle-width: 24px; --handle-height: 28px; } "
+         "input[type=checkbox], input[type=radio] { width: 24px; height: 24px; } "
+         ".bk-btn, button { min-height: 32px; min-width: 32px; } input[type=range] { min-height: 24px; } }")
+
+# the keyboard's focus, drawn the same way on every control (the page's own ring)
+FOCUS = "*:focus-visible { outline: 3px solid #0072B2 !important; outline-offset: 1px; }"
+
 CONTROL_WIDTH = 240    # px, the controls column
+NARROWEST_PLOT = 280   # px, the width a plot may shrink to before it wraps under its neighbour
 PLOT_WIDTH = 620       # px, a plot beside the controls
 PLOT_HEIGHT = 340
 
@@ -61,6 +72,8 @@ class FigureView:
     def __post_init__(self) -> None:
         for key, widget in self.controls.items():
             widget.css_classes = [*widget.css_classes, f"ctl-{key}"]
+        for widget in self.layout.select(pn.widgets.Widget):
+            widget.stylesheets = [*widget.stylesheets, FOCUS, TOUCH]
         for key, source in self.sources.items():
             source.name = f"src-{self.figure_id}-{key}"
         for key, pane in self.readouts.items():
@@ -74,6 +87,7 @@ class FigureView:
             if isinstance(pane.object, Plot):
                 static_legends(pane.object)
                 plain_glyphs(pane.object)
+                fit_width(pane)
 
     def __panel__(self) -> pn.viewable.Viewable:      # pn.panel(view), pn.Row(view, ...)
         return self.layout
@@ -82,6 +96,69 @@ class FigureView:
         if not pn.extension._loaded:
             pn.extension()
         return self.layout._repr_mimebundle_(include, exclude)
+
+
+def fit_width(pane: pn.pane.Bokeh) -> None:
+    """Let the plot in `pane` take the width it is given, up to the width it was drawn for.
+
+    A plot keeps its height (its axis labels and legend keep their size: a phone gets a
+    narrower plot, not a smaller one) and shrinks to NARROWEST_PLOT px before its row
+    wraps it under its neighbour; on a wide screen it is the size it was designed at.
+    """
+    plot = pane.object
+    width = plot.width or PLOT_WIDTH
+    plot.update(sizing_mode="stretch_width", max_width=width, min_width=min(width, NARROWEST_PLOT))
+    pane.param.update(sizing_mode="stretch_width", max_width=width, min_width=min(width, NARROWEST_PLOT))
+    outside = [lg for lg in legends(plot) if lg.orientation == "horizontal" and lg not in plot.center]
+    wrap = CustomJS(args=dict(plot=plot, legends=outside, height=plot.height), code=WRAP_JS)
+    plot.js_on_change("inner_width", wrap)
+    if plot.title is not None:
+        plot.title.js_on_change("text", wrap)
+
+
+# A plot narrower than its title or its row of legend entries (a phone) breaks the title
+# into lines and lays the entries out in as many columns as fit, measured in the page's
+# fonts (Bokeh draws both on its canvas, which clips what is wider than the plot), and
+# grows by the rows the legend gains.
+WRAP_JS = r"""
+const width = plot.inner_width;
+if (!(width > 0)) return;
+const px = (size) => parseFloat(size) || 13;
+const context = document.createElement('canvas').getContext('2d');
+const measure = (text, style, size, font) => { context.font = `${style} ${size} ${font}`; return context.measureText(text).width; };
+let extra = 0;                // px of height the title's and the legends' added lines take
+const title = plot.title;
+if (title && title.text) {
+  const room = width - (plot.toolbar_location === 'above' ? 24 : 0);     // the toolbar's menu button
+  const fits = (line) => measure(line, title.text_font_style, title.text_font_size, title.text_font) <= room;
+  const lines = [];
+  for (const word of title.text.replace(/\n/g, ' ').split(' ')) {
+    const last = lines.length - 1;
+    if (last >= 0 && fits(lines[last] + ' ' + word)) lines[last] += ' ' + word;
+    else lines.push(word);
+  }
+  const text = lines.join('\n');
+  if (text !== title.text) title.text = text;
+  extra += Math.ceil((lines.length - 1) * 1.2 * px(title.text_font_size));
+}
+for (const legend of legends) {
+  const sizes = legend.items.map((item) => legend.glyph_width + legend.label_standoff
+    + measure(String(item.label?.value ?? ''), legend.label_text_font_style, legend.label_text_font_size, legend.label_text_font));
+  const span = (k) => {        // the width of k columns, items placed row by row
+    const cols = Array(k).fill(0);
+    sizes.forEach((s, i) => { cols[i % k] = Math.max(cols[i % k], s); });
+    return cols.reduce((a, b) => a + b, 0) + legend.spacing * (k - 1) + 2 * legend.padding + 2 * legend.margin;
+  };
+  let k = sizes.length;
+  while (k > 1 && span(k) > width) k -= 1;
+  const ncols = k === sizes.length ? 'auto' : k;
+  if (ncols !== legend.ncols) legend.ncols = ncols;
+  extra += (Math.ceil(sizes.length / k) - 1) * (Math.max(legend.glyph_height, px(legend.label_text_font_size)) + legend.spacing);
+}
+// (after BokehJS has made the title's new text, which it does asynchronously: a layout
+// before that would measure the old one)
+setTimeout(() => { if (plot.height !== height + extra) plot.height = height + extra; }, 0);
+"""
 
 
 def gpu_select(value: str = "H100-SXM", *, label: str = "GPU", width: int = CONTROL_WIDTH,

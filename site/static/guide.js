@@ -33,6 +33,7 @@ for (const el of document.querySelectorAll("[data-figure]")) {
     bar: el.querySelector(".fig-status progress"),
     preview: el.querySelector(".fig-preview"),
     poster: el.querySelector(".fig-poster"),
+    now: el.querySelector(".fig-now"),
     staticRoot: null,
     live: false,
   });
@@ -128,6 +129,7 @@ async function embedPreview(id, fig) {
   fig.staticRoot = [...views[0].roots.values()][0].model;
   fig.staticViews = views;
   nameControls([...views[0].roots.values()][0]);
+  describeFigure(fig, fig.staticRoot);
   fig.fingerprint = data.fingerprint;            // of its models, as Python's (widgets/runtime.py)
   fig.initial = controlValues(fig.staticRoot);   // to tell what the reader changes before it is live
   await nextPaint();
@@ -364,9 +366,61 @@ function nameFigure(fig) {
   for (const root of Bokeh.index.roots) if (fig.el.contains(root.el)) nameControls(root);
 }
 
+// ------------------------------------------------------------------ text alternative
+
+// What a figure shows now, in words: its readouts (the numbers beside its plots; the keys
+// the build lists in data-readouts) and its plots' titles, as text in a region under the
+// figure (its aria-describedby). Once the figure is live the region is polite: a screen
+// reader says it again DESCRIBE_MS after Python's last redraw, so a drag is read once.
+const DESCRIBE_MS = 700;
+const words = (el) => el.textContent.replace(/\s+/g, " ").trim();
+
+function readoutText(html) {
+  const t = document.createElement("template");
+  t.innerHTML = html;
+  const parts = [];
+  for (const node of t.content.childNodes) {
+    const rows = node.nodeType === 1 ? (node.matches("tr") ? [node] : [...node.querySelectorAll("tr")]) : [];
+    if (!rows.length) {
+      if (words(node)) parts.push(words(node));
+      continue;
+    }
+    for (const tr of rows) {
+      const [head, ...rest] = [...tr.children].map(words);
+      const values = rest.filter(Boolean).join(", ");
+      const row = head && values ? `${head}: ${values}` : head || values;
+      if (row) parts.push(row);
+    }
+  }
+  return parts.join("; ");
+}
+
+function describeFigure(fig, root) {
+  if (!fig.now || !root) return;
+  const models = [root, ...root.references()];
+  const readouts = new Map();
+  for (const m of models) {
+    for (const c of m.css_classes || []) if (c.startsWith("out-")) readouts.set(c.slice(4), m.text);
+  }
+  const titles = models.filter((m) => m.type === "Figure" && m.title && m.title.text).map((m) => m.title.text.replace(/\n/g, " "));
+  const said = (fig.now.dataset.readouts || "").split(" ").filter((k) => readouts.has(k)).map((k) => readoutText(readouts.get(k)));
+  const text = [...titles, ...said].filter(Boolean).join(". ");
+  if (fig.now.textContent !== text) fig.now.textContent = text;
+}
+
+G.readoutText = readoutText;     // (the browser tests read CPython's readouts with it)
+
+function describeSoon(fig) {
+  if (!fig) return;
+  clearTimeout(fig.describeTimer);
+  fig.describeTimer = setTimeout(() => describeFigure(fig, fig.liveRoot), DESCRIBE_MS);
+}
+
 function becameLive(fig) {
   observer.unobserve(fig.el);
   nameFigure(fig);
+  describeFigure(fig, fig.liveRoot);
+  if (fig.now) fig.now.setAttribute("aria-live", "polite");    // from now on, a change is read out
   fig.live = true;
   lastLive = performance.now();
   setState(fig, "live", LIVE);
@@ -427,6 +481,7 @@ async function onMessage(msg) {
     case "patch":
       try { patching += 1; FIGS.get(msg.figure).doc.apply_json_patch(msg.patch, msg.buffers); } finally { patching -= 1; }
       requestAnimationFrame(() => nameFigure(FIGS.get(msg.figure)));
+      describeSoon(FIGS.get(msg.figure));
       break;
     case "idle": flushQueue(); break;
     case "rehearsed": mark("rehearsed", msg.t - performance.timeOrigin); G.rehearsal = { ms: msg.ms, left: msg.left, sent: msg.sent }; break;

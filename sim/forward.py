@@ -357,10 +357,44 @@ class StepCost:
         (`attn`: one layer's attention, a float or an array of them)."""
         return tok_total + log_total + self.model.num_layers * attn + self.calibration.launch_overhead_s
 
+    def attention_layer_s(self, tokens, pairs, kv_read):
+        """Busy seconds of one layer's attention kernel for a step of `tokens` new tokens that
+        scores `pairs` (query, key) pairs and reads `kv_read` cached-plus-new tokens' K and V
+        (numbers, or arrays of them element by element): the part of a step that a
+        sliding window, an evicted cache or a hybrid of local and global layers changes."""
+        if np.ndim(tokens) == 0 and np.ndim(pairs) == 0 and np.ndim(kv_read) == 0:
+            return self._attention_busy_s(int(tokens), int(pairs), int(kv_read))
+        return self._attention_busy_each_s(np.asarray(tokens), np.asarray(pairs), np.asarray(kv_read))
+
+    def step_with_attention_s(self, tokens, logits: int, attention_s, cuda_graphs: Optional[bool] = None):
+        """Step time of `tokens` new tokens (`logits` output rows) whose layers' attention
+        kernels take `attention_s` busy seconds each on average (`attention_layer_s`, averaged
+        over layers that attend differently). `tokens` and `attention_s` may be arrays of
+        steps, element by element. Equals `time_s` when every layer attends alike; launched
+        eagerly, a layer whose attention is shorter than a launch is counted as the launch
+        (exact when every layer's attention is longer, as at long contexts)."""
+        if np.ndim(tokens) == 0 and np.ndim(attention_s) == 0:
+            return self._step_s(int(tokens), logits, float(attention_s), cuda_graphs)
+        tokens, attn = np.broadcast_arrays(np.asarray(tokens, dtype=np.int64), np.asarray(attention_s, dtype=float))
+        sizes, at = np.unique(tokens, return_inverse=True)
+        self.prime(tokens=sizes, logits=[logits])
+        entries = [self._tokens[n] for n in sizes.tolist()]
+        tok_total = np.array([e[0] for e in entries])[at].reshape(tokens.shape)
+        tok_each = np.array([e[1] for e in entries]).T[:, at].reshape((-1, *tokens.shape))   # (ops, *steps)
+        log_total, log_each = self._logit_entry(logits)
+        if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
+            return self._graph_step_s(tok_total, log_total, attn)
+        each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
+        specs = self._order + (self._logit_order if logits else [])
+        return np.broadcast_to(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False),
+                               attn.shape).astype(float)
+
     def _total(self, tokens: int, logits: int, pairs: int, kv_read: int, cuda_graphs: Optional[bool]) -> float:
+        return self._step_s(tokens, logits, self._attention_busy_s(tokens, pairs, kv_read), cuda_graphs)
+
+    def _step_s(self, tokens: int, logits: int, attn: float, cuda_graphs: Optional[bool]) -> float:
         tok_total, tok_each = self._token_entry(tokens)
         log_total, log_each = self._logit_entry(logits)
-        attn = self._attention_busy_s(tokens, pairs, kv_read)
         if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
             return self._graph_step_s(tok_total, log_total, attn)
         each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)

@@ -52,7 +52,7 @@ import numpy as np
 
 from sim.batch import Precision
 from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
-from sim.forward import StepCost, step_cost, stored_weight_bytes
+from sim.forward import StepCost, step_cost
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token

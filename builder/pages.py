@@ -40,6 +40,31 @@ class Chapter:
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")   # a chapter's file name: letters, digits, hyphens
 
+# The guide's parts: (first chapter number, heading) in order; a chapter belongs to the
+# last part whose first number is not above its own. The references close the guide.
+PARTS = ((0, "Part I: one GPU"), (17, "Part II: at scale"), (24, "Further reading"))
+
+# Pages that moved: the old address -> the page it is now (a small page that sends the
+# reader on, so links and bookmarks to the old address keep working).
+MOVED = {"ch16-references.html": "ch24-references.html"}
+
+
+def moved_page(new: str) -> str:
+    """A page that sends its reader to `new` (a page of the site that took its place)."""
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>Moved to {new}</title>'
+            f'<meta http-equiv="refresh" content="0; url={new}"><link rel="canonical" href="{new}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"></head>\n'
+            f'<body><main><p>This page is now <a href="{new}">{new}</a>.</p></main></body></html>\n')
+
+
+def part_of(number: int) -> str:
+    """The heading of the part chapter `number` belongs to.
+
+    >>> part_of(4), part_of(17), part_of(24)
+    ('Part I: one GPU', 'Part II: at scale', 'Further reading')
+    """
+    return [title for first, title in PARTS if first <= number][-1]
+
 
 def read_chapter(path: Path) -> Chapter:
     """One chapter source: TOML front matter between +++ lines (number, title, summary,
@@ -135,7 +160,11 @@ def table_of_contents(chapters: list[Chapter]) -> list[dict]:
             raise BuildError(f"site/plan.toml: chapter {entry['number']} is written now; remove it from the plan")
     rows = [{"number": c.number, "title": c.title, "summary": c.summary, "file": c.file} for c in chapters]
     rows += [{"number": e["number"], "title": e["title"], "summary": e["summary"], "file": None} for e in planned]
-    return sorted(rows, key=lambda r: r["number"])
+    rows.sort(key=lambda r: r["number"])
+    for i, r in enumerate(rows):          # part: its heading; part_starts: the first row of a part
+        r["part"] = part_of(r["number"])
+        r["part_starts"] = i == 0 or rows[i - 1]["part"] != r["part"]
+    return rows
 
 
 def read_references() -> dict[str, dict]:
@@ -268,10 +297,19 @@ def render_pages(out: Path, chapters: list[Chapter], figures: dict[str, Prerende
                 **shared, chapter=c, figure_id=fid, figures=[figures[fid]], body_class="figure-page",
                 page_title=f"{fid}: {figures[fid].title}"))
             log(f"widgets.{fid}", f"figure-{fid}.html")
+    placed = {c.file: c.figures for c in chapters}
+    parts = [(row["part"], []) for row in contents if row["part_starts"]]
+    for row in contents:
+        if row["file"] is None or row["file"] in placed:         # (a subset build leaves chapters out)
+            dict(parts)[row["part"]].append(dict(row, figures=placed.get(row["file"], [])))
     write("index.html", env.get_template("index.html").render(
-        **shared, chapters=chapters, figures=[], body_class="index-page",
+        **shared, parts=[(title, rows) for title, rows in parts if rows], figures=[], body_class="index-page",
         page_title="LLM inference, live: an interactive guide"))
     log("chapters", "index.html")
+    for old, new in MOVED.items():
+        if (new in placed) and not (out / old).exists():
+            write(old, moved_page(new))
+            log("builder/pages.py MOVED", old)
     refs = [dict(r, cited_in=cited.get(k, [])) for k, r in references.items()]
     write("references.html", env.get_template("references.html").render(
         **shared, references=refs, figures=[], body_class="references-page",

@@ -121,7 +121,9 @@ async function embedPreview(id, fig) {
   if (fig.live) return;
   const data = JSON.parse(fig.el.querySelector("script.fig-prerender").textContent);
   const target = document.createElement("div");
-  target.className = "fig-bokeh";
+  // drawn out of the page's flow, over the poster and hidden, until it takes the poster's
+  // place in one frame: the text below moves once, by the difference of their heights
+  target.className = "fig-bokeh fig-building";
   target.id = `preview-${id}`;
   fig.preview.append(target);
   data.render_items[0].roots = { [data.root_id]: target.id };
@@ -133,6 +135,7 @@ async function embedPreview(id, fig) {
   fig.fingerprint = data.fingerprint;            // of its models, as Python's (widgets/runtime.py)
   fig.initial = controlValues(fig.staticRoot);   // to tell what the reader changes before it is live
   await nextPaint();
+  target.classList.remove("fig-building");
   if (fig.poster) {
     // kept, out of sight, for printing: a printed chapter shows each figure's poster
     // (guide.css @media print) rather than its live controls

@@ -85,13 +85,20 @@ def _save_only(doc: dict) -> None:
             a["tools"] = [t for t in a.get("tools", []) if t.get("name") in ("SaveTool", "HoverTool")]
 
 
+def legend_ids(doc: dict) -> set:
+    """The ids of a document's Legends (a legend is written out in full where it is first
+    referred to, as in a plot's side panel or a callback's arguments, and by id elsewhere)."""
+    return {o["id"] for o in _objects(doc) if o.get("name") == "Legend"}
+
+
 def _no_legends(doc: dict) -> None:
+    ids = legend_ids(doc)
     for m in _objects(doc):
         if m.get("name") == "Figure":
             a = m.get("attributes", {})
             for side in PANELS:
                 if isinstance(a.get(side), list):
-                    a[side] = [r for r in a[side] if not (isinstance(r, dict) and r.get("name") == "Legend")]
+                    a[side] = [r for r in a[side] if not (isinstance(r, dict) and r.get("id") in ids)]
 
 
 def _plain_glyphs(doc: dict) -> None:

@@ -23,8 +23,9 @@ def figures(doc: dict) -> list[dict]:
 
 
 def legends(doc: dict) -> int:
+    ids = bp.legend_ids(doc)
     return sum(1 for f in figures(doc) for side in bp.PANELS for r in f.get("attributes", {}).get(side, [])
-               if isinstance(r, dict) and r.get("name") == "Legend")
+               if isinstance(r, dict) and r.get("id") in ids)
 
 
 def test_each_variant_changes_only_what_it_names(site_dir):

@@ -150,7 +150,7 @@ for (const legend of legends) {
     return cols.reduce((a, b) => a + b, 0) + legend.spacing * (k - 1) + 2 * legend.padding + 2 * legend.margin;
   };
   let k = sizes.length;
-  while (k > 1 && span(k) > width) k -= 1;
+  while (k > 1 && span(k) > width - 12) k -= 1;        // (12 px to spare: fonts measure a little short)
   const ncols = k === sizes.length ? 'auto' : k;
   if (ncols !== legend.ncols) legend.ncols = ncols;
   extra += (Math.ceil(sizes.length / k) - 1) * (Math.max(legend.glyph_height, px(legend.label_text_font_size)) + legend.spacing);

@@ -46,8 +46,8 @@ def build() -> FigureView:
     d = PARAMS()
     gpu, model = gpu_select(d.gpu), model_select(d.model, names=["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b",
                                                                   "mixtral-8x7b"])
-    context = pn.widgets.DiscreteSlider(label="Context (tokens)", options={tokens_label(c): c for c in CONTEXTS},
-                                        value=d.context_tokens, width=CONTROL_WIDTH)
+    context = pn.widgets.Select(label="Context (tokens)", options={f"{tokens_label(c)} ({c:,})": c for c in CONTEXTS},
+                                value=d.context_tokens, width=CONTROL_WIDTH)
     batch = pn.widgets.Select(label="Sequences decoding together", options=[1, 4, 16, 64], value=d.batch,
                               width=CONTROL_WIDTH)
     window = pn.widgets.Select(label="Window W (window, sinks, hybrid)",
@@ -72,8 +72,8 @@ def build() -> FigureView:
     rest = p_bar.hbar(y="method", left=0, right="rest_ms", height=0.6, source=bars, fill_color=GREY, line_color=None)
     attn = p_bar.hbar(y="method", left="rest_ms", right="total_ms", height=0.6, source=bars, fill_color=BLUE,
                       line_color=None)
-    p_bar.add_layout(Legend(items=[LegendItem(label="weights and the other kernels", renderers=[rest]),
-                                   LegendItem(label="attention kernels (cache reads and math)", renderers=[attn])],
+    p_bar.add_layout(Legend(items=[LegendItem(label="weights, other kernels", renderers=[rest]),
+                                   LegendItem(label="attention (cache, math)", renderers=[attn])],
                             orientation="horizontal", label_text_font_size="11px", padding=2, margin=4), "above")
     p_bar.ygrid.grid_line_color = None
 

@@ -234,6 +234,7 @@ def move_controls(page, figure_ids: list[str], n: int) -> list[dict]:
 
 
 WAYS = {"snapshot": "", "normal": "?boot=normal"}
+ALL_WAYS = ("snapshot", "normal", "bare")
 
 BARE_HTML = """<!doctype html><meta charset="utf-8"><title>bare Pyodide + numpy</title>
 <p id="status">loading</p>
@@ -277,10 +278,10 @@ def bare_once(ctx, base: str, counters: dict) -> dict:
 
 
 def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves: int,
-               driver: str = "pipe", device=DESKTOP) -> list[dict]:
-    """Every page, every way, cold then warm, alternating the order of the ways each run.
-    `driver` "pipe" loads the pages in a browser with no inspector attached to them
-    (tests/pipe_browser.py), "playwright" through Playwright."""
+               driver: str = "pipe", device=DESKTOP, ways: tuple = ALL_WAYS) -> list[dict]:
+    """Every page, each of `ways` (default all), cold then warm, alternating the order of
+    the ways each run. `driver` "pipe" loads the pages in a browser with no inspector
+    attached to them (tests/pipe_browser.py), "playwright" through Playwright."""
     from playwright.sync_api import sync_playwright
 
     def browser(p, profile):
@@ -298,10 +299,9 @@ def bench_site(site: Path, pages: list[tuple[str, list[str]]], runs: int, moves:
                 order = list(all_pages)                   # the next chapter with figures, in reading order
                 nxt = order[(order.index(page_file) + 1) % len(order)]
                 row = {"page": page_file, "figures": figure_ids, "next": nxt,
-                       **{w: {"cold": [], "warm": [], "next": []} for w in [*WAYS, "bare"]}}
+                       **{w: {"cold": [], "warm": [], "next": []} for w in ALL_WAYS}}
                 for i in range(runs):
-                    ways = [*WAYS, "bare"]
-                    for way in (ways if i % 2 == 0 else ways[::-1]):
+                    for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
                         profile = work / f"profile-{way}-{i}"
                         with browser(p, profile) as ctx:
                             if way == "bare":
@@ -338,7 +338,7 @@ def report(results: list[dict]) -> bool:
           "bare warm s | first visit MB snapshot / normal | next chapter MB snapshot / normal | "
           "redraw ms p50 / p95, data (done): first visit; warm | poster s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    live = lambda rs: summary([x["live_ms"] for x in rs], "", 1e-3)   # noqa: E731
+    live = lambda rs: summary([x["live_ms"] for x in rs], "", 1e-3) if rs else "-"   # noqa: E731
     mb = lambda rs: summary([x["bytes"] for x in rs], "", 1e-6, 2) if rs else "-"   # noqa: E731
     for r in results:
         def redraw(runs):
@@ -352,7 +352,7 @@ def report(results: list[dict]) -> bool:
               f"{live(r['bare']['warm'])} | {mb(r['snapshot']['cold'])} / {mb(r['normal']['cold'])} | "
               f"{mb(r['snapshot']['next'])} / {mb(r['normal']['next'])} (to {r['next']}) | "
               f"{redraw(r['snapshot']['cold'])}; {redraw(r['snapshot']['warm'])} | "
-              f"{summary([x['poster_ms'] for x in r['snapshot']['cold']], '', 1e-3)} |")
+              f"{summary([x['poster_ms'] for x in r['snapshot']['cold']], '', 1e-3) if r['snapshot']['cold'] else '-'} |")
         for way, want in (("snapshot", "snapshot"), ("normal", "normal")):
             for x in r[way]["cold"] + r[way]["warm"] + r[way]["next"]:
                 bad = {f: s for f, s in x["states"].items() if s != "live"}
@@ -431,15 +431,21 @@ def main() -> int:
     ap.add_argument("--mobile", action="store_true",
                     help="a phone: 390 x 844 px at 3x, CPU throttled 4x through the DevTools protocol, touch "
                          "events (tests/pipe_browser.py PHONE; with the pipe driver only)")
+    ap.add_argument("--ways", default=",".join(ALL_WAYS),
+                    help="which ways to start Python to time, comma-separated (default: all three; "
+                         "snapshot alone times the pages as built, a third of the time)")
     a = ap.parse_args()
     if a.mobile and a.driver != "pipe":
         ap.error("--mobile needs the pipe driver")
+    ways = tuple(w for w in a.ways.split(",") if w)
+    if not ways or set(ways) - set(ALL_WAYS):
+        ap.error(f"--ways takes some of {', '.join(ALL_WAYS)}, got {a.ways!r}")
     chapters = read_chapters()
     pages = [(c.file, c.figures) for c in chapters if c.figures and (not a.pages or c.file in a.pages)]
     device = PHONE if a.mobile else DESKTOP
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; site {a.site}; "
           f"driver {a.driver}; device {device}", flush=True)
-    results = bench_site(a.site, pages, a.runs, a.moves, a.driver, device)
+    results = bench_site(a.site, pages, a.runs, a.moves, a.driver, device, ways)
     ok = report(results)
     raw = {"pages": results}
     if a.proof:

@@ -194,7 +194,10 @@ def test_table_of_contents_lists_written_then_planned_chapters(tmp_path, monkeyp
     written = [r for r in rows if r["file"]]
     assert [(r["number"], r["title"], r["file"]) for r in written] == [(c.number, c.title, c.file) for c in chapters]
     assert all(r["summary"] for r in rows)
-    assert [r["number"] for r in rows] == list(range(17))      # chapters 0-16, every one written now
+    assert [r["number"] for r in rows] == [*range(16), *range(17, 25)]   # 0-15, 17-24: written or planned
+    assert [r["number"] for r in rows if not r["file"]] == list(range(18, 24))   # Part II's still to write
+    assert [r["part"] for r in rows if r["part_starts"]] == [title for _, title in pages.PARTS]
+    assert all(r["part"] == pages.part_of(r["number"]) for r in rows)
     # a planned chapter that has been written must leave the plan
     (tmp_path / "plan.toml").write_text('[[planned]]\nnumber = 3\ntitle = "x"\nsummary = "y"\n')
     monkeypatch.setattr(common, "SITE_SRC", tmp_path)
@@ -206,7 +209,13 @@ def test_chapter_zero_contents_table_is_generated(site_dir):
     html = (site_dir / "ch00-memory-wall.html").read_text()
     for c in pages.read_chapters()[1:]:
         assert f'<a href="{c.file}">{c.number}. {c.title}</a>' in html
-    assert "(in preparation)" not in html                      # no chapter is planned but unwritten
+    for row in pages.table_of_contents(pages.read_chapters()):
+        if row["part_starts"] and row["number"] > 0:           # each part's heading row
+            assert f"<td><strong>{row['part']}</strong></td>" in html
+        if not row["file"]:                                     # a planned chapter: its title, no link
+            assert f"<td>{row['number']}. {row['title']}</td>" in html
+    planned = [r for r in pages.table_of_contents(pages.read_chapters()) if not r["file"]]
+    assert html.count(" (in preparation)</td>") == len(planned)
 
 
 def test_the_browser_wheel_ships_only_the_browser_packages(site_dir):

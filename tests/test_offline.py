@@ -137,10 +137,11 @@ REGISTERED_JS = "async () => !!(await navigator.serviceWorker.getRegistration())
 NOTE_TEXT_JS = "() => (document.querySelector('.offline-note') || {}).textContent || ''"
 
 
-def keep_moving(page, figure_id: str, key: str, values: list, at, seconds: float, check=None):
+def keep_moving(page, figure_id: str, key: str, values: list, at, seconds: float, check=None, until=None):
     """Move control `key`, which is at `at` (one of `values`), to the next of `values` in
-    turn, one change every 200 ms, for `seconds` (each change recomputes in Python); call
-    `check()` after each. Returns the value it was left at."""
+    turn, one change every 200 ms, for `seconds` (each change recomputes in Python), or
+    until `until()` is true (which must happen within `seconds`); call `check()` after each.
+    Returns the value it was left at."""
     patches = {(a, b): control_patch(figure_id, key, b, start=a) for a in values for b in values if a != b}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -150,6 +151,9 @@ def keep_moving(page, figure_id: str, key: str, values: list, at, seconds: float
         page.wait_for_timeout(200)
         if check:
             check()
+        if until and until():
+            return at
+    assert until is None, f"still moving after {seconds} s: {page.evaluate(NOTE_TEXT_JS)!r}"
     return at
 
 
@@ -173,16 +177,20 @@ def test_saving_for_later_waits_while_the_reader_moves_the_figures(browser, site
         nothing_saved()
         at = keep_moving(page, fid, "batch", [1, 64], 1, 5.0, nothing_saved)     # from the default, 1
         page.wait_for_function(f"({OFFLINE_JS})() === 'saving'", timeout=60000, polling=20)
-        # the copy under way: the reader moves again; once the files in flight are stored
-        # (the first second), it goes no further until they stop
-        at = keep_moving(page, fid, "batch", [1, 64], at, 1.0)
+        # the copy under way: the reader moves again; once the files in flight are stored, the
+        # copy says it is paused, and goes no further until they stop
+        paused = "paused while you move the figures."
+        at = keep_moving(page, fid, "batch", [1, 64], at, 30.0, until=lambda: page.evaluate(NOTE_TEXT_JS).endswith(paused))
         held = page.evaluate(NOTE_TEXT_JS)
+        assert held.startswith("Saving the guide") and held.endswith(paused), held
 
         def copy_held() -> None:
             assert page.evaluate(NOTE_TEXT_JS) == held
 
         keep_moving(page, fid, "batch", [1, 64], at, 2.0, copy_held)
-        assert page.evaluate(OFFLINE_JS) == "saving" and held.startswith("Saving the guide"), held
+        assert page.evaluate(OFFLINE_JS) == "saving"
+        # left alone, it goes on (and says so)
+        page.wait_for_function(f"!({NOTE_TEXT_JS})().endsWith({paused!r})", timeout=10000, polling=20)
         page.wait_for_function(f"({OFFLINE_JS})() === 'ready'", timeout=120000, polling=100)
         wait_async(page, KEPT_SNAPSHOT_JS, timeout_s=60)
         name = cache_name(site_dir)

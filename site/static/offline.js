@@ -38,7 +38,8 @@
     document.documentElement.dataset.offline = m.state;
     if (m.state === "saving") {
       var pct = m.totalBytes ? Math.floor((100 * m.bytes) / m.totalBytes) : 0;
-      say("saving", "Saving the guide for offline reading: " + pct + "% (" + MB(m.bytes) + " of " + MB(m.totalBytes) + " MB).");
+      say("saving", "Saving the guide for offline reading: " + pct + "% (" + MB(m.bytes) + " of " + MB(m.totalBytes) + " MB)" +
+          (m.paused ? ", paused while you move the figures." : "."));
     } else if (m.state === "ready" && m.reload) {
       say("reload", "");
       note.append("A newer version of the guide is available: ");

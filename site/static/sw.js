@@ -250,23 +250,30 @@ async function copyBuild(m) {
   let done = 0;
   let bytes = 0;
   let said = 0;
+  let copying = 0;              // files being fetched and stored now
+  let paused = false;           // told the pages that the copy waits for their reader
   const tell = (force) => {
     if (!force && Date.now() - said < 250) return;
     said = Date.now();
-    broadcast({ state: "saving", done, total: todo.length, bytes, totalBytes });
+    broadcast({ state: "saving", done, total: todo.length, bytes, totalBytes, paused });
   };
   tell(true);
 
   async function copyOne(path) {
     const [size, digest] = m.files[path];
     const url = fileURL(path);
-    if (!(await storage("cache.match", () => cache.match(url)))) {      // not kept from an interrupted copy
-      let response = null;
-      if (old && previous.files[path] && previous.files[path][1] === digest) {
-        response = await storage("cache.match", () => old.match(url)).catch(() => null);
+    copying += 1;
+    try {
+      if (!(await storage("cache.match", () => cache.match(url)))) {      // not kept from an interrupted copy
+        let response = null;
+        if (old && previous.files[path] && previous.files[path][1] === digest) {
+          response = await storage("cache.match", () => old.match(url)).catch(() => null);
+        }
+        response ||= await fetchChecked(path, digest, size);
+        await storage("cache.put", () => cache.put(url, response));
       }
-      response ||= await fetchChecked(path, digest, size);
-      await storage("cache.put", () => cache.put(url, response));
+    } finally {
+      copying -= 1;
     }
     done += 1;
     bytes += size;
@@ -274,9 +281,21 @@ async function copyBuild(m) {
   }
 
   // Before each file, the copy waits until no page has said for QUIET_MS that its reader
-  // changed a figure (offline.js): their recomputation comes first.
+  // changed a figure (offline.js): their recomputation comes first. Once no file is in
+  // flight, the pages are told the copy is paused (with its progress then), and again when
+  // it goes on.
   const readerPause = async () => {
-    for (let left; (left = readerAt + QUIET_MS - Date.now()) > 0;) await new Promise((r) => setTimeout(r, left));
+    for (let left; (left = readerAt + QUIET_MS - Date.now()) > 0;) {
+      if (!copying && !paused) {
+        paused = true;
+        tell(true);
+      }
+      await new Promise((r) => setTimeout(r, left));
+    }
+    if (paused) {
+      paused = false;
+      tell(true);
+    }
   };
   const queue = [...todo];
   await Promise.all(Array.from({ length: PARALLEL }, async () => {

@@ -381,25 +381,25 @@ class StepCost:
         entries = [self._tokens[n] for n in sizes.tolist()]
         tok_total = np.array([e[0] for e in entries])[at].reshape(tokens.shape)
         tok_each = np.array([e[1] for e in entries]).T[:, at].reshape((-1, *tokens.shape))   # (ops, *steps)
-        log_total, log_each = self._logit_entry(logits)
-        if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
-            return self._graph_step_s(tok_total, log_total, attn)
-        each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
-        specs = self._order + (self._logit_order if logits else [])
-        return np.broadcast_to(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False),
-                               attn.shape).astype(float)
+        return np.broadcast_to(self._assembled_s(tok_total, tok_each, logits, attn, cuda_graphs), attn.shape).astype(float)
 
     def _total(self, tokens: int, logits: int, pairs: int, kv_read: int, cuda_graphs: Optional[bool]) -> float:
         return self._step_s(tokens, logits, self._attention_busy_s(tokens, pairs, kv_read), cuda_graphs)
 
     def _step_s(self, tokens: int, logits: int, attn: float, cuda_graphs: Optional[bool]) -> float:
         tok_total, tok_each = self._token_entry(tokens)
+        return float(self._assembled_s(tok_total, tok_each, logits, attn, cuda_graphs))
+
+    def _assembled_s(self, tok_total, tok_each, logits: int, attn, cuda_graphs: Optional[bool]):
+        """A step's time from its token-sized kernels (`tok_total`, and `tok_each` one busy
+        time per op) and one layer's attention `attn`: floats, or arrays of steps element by
+        element (`tok_each` then has the ops first)."""
         log_total, log_each = self._logit_entry(logits)
         if self.cuda_graphs if cuda_graphs is None else cuda_graphs:
             return self._graph_step_s(tok_total, log_total, attn)
         each = list(tok_each[:3]) + [attn] + list(tok_each[3:]) + list(log_each)
         specs = self._order + (self._logit_order if logits else [])
-        return float(launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False))
+        return launched_step_time_s(each, specs, self.model.num_layers, 0.0, cuda_graphs=False)
 
     def time_s(self, new_tokens: Sequence[int], context_tokens: Sequence[int],
                logits_seqs: Optional[int] = None, cuda_graphs: Optional[bool] = None) -> float:

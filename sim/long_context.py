@@ -114,7 +114,8 @@ class LongContextResult:
     context_kv_equals_weights: float          # context where full attention's KV reads equal the weights
     roofline_s: dict                          # decode step at params.context_tokens, at peak rates, full attention:
                                               # "weights", "kv" (bytes / bandwidth), "math" (attention FLOPs / peak)
-    longest_fit: dict                         # method -> longest context whose caches fit (longest_fitting)
+    longest_fit: dict                         # method -> the longest context (whole tokens) whose caches fit in
+                                              # kv_room_bytes: inf if bounded and fitting at any length, 0 if none
     model: str                                # display names, for the figure's notes
     gpu: str
     num_layers: int
@@ -127,12 +128,6 @@ class LongContextResult:
         per = self.kv_bytes_per_seq[method] if context_tokens is None else \
             float(np.interp(c, self.contexts, self.kv_bytes_curve[method]))
         return per * self.params.batch <= self.kv_room_bytes
-
-    def longest_fitting(self, method: str) -> float:
-        """The longest context (whole tokens) at which the batch's caches fit in the room on
-        the GPU: inf when the method keeps a bounded cache that fits at any length, 0 when
-        not even one token's does."""
-        return self.longest_fit[method]
 
 
 def layer_groups(method: str, num_layers: int, p: LongContextParams) -> list[tuple[int, Optional[int]]]:
@@ -275,12 +270,11 @@ def parallel_prefill(model: str, gpu: str, prompt_tokens: int, gpus: int,
 
     check_int("prompt_tokens", prompt_tokens, minimum=1, maximum=CHECKS_CONTEXT_MAX)
     check_int("gpus", gpus, minimum=1, maximum=64)
+    cost = step_cost(model, gpu, Precision(), calibration)
     if gpus == 1:
         t = tensor_parallel_prefill_s(model, gpu, prompt_tokens, 1, calibration=calibration)
-        cost = step_cost(model, gpu, Precision(), calibration)
         attn = float(cost.attention_layer_s(prompt_tokens, int(pairs_up_to(prompt_tokens, None)), prompt_tokens))
         return ParallelPrefill(1, t, t, 0.0, 0.0, attn)
-    cost = step_cost(model, gpu, Precision(), calibration)
     m, g = cost.model, cost.gpu
     shard = -(-prompt_tokens // gpus)
     attn = float(cost.attention_layer_s(shard, int(round(float(pairs_up_to(prompt_tokens, None)) / gpus)),

@@ -360,12 +360,12 @@ def check_keyboard_moves(page, fid: str) -> None:
         moved.append(key)
         page.wait_for_timeout(300)
     # the values the controls took, read from the live models as a link writes them
-    values = page.evaluate(CONTROL_VALUES_JS, [fid, list(spec)])
+    values = {key: page.evaluate("([id, key]) => window.__guide.linkValue(id, key)", [fid, key]) for key in spec}
     changes = []
     for key in [*moved, *(k for k in spec if k not in moved)]:
         if isinstance(view.controls[key], pn.widgets.Button):
             changes.append((key, None))
-        elif key in values:
+        elif values.get(key) is not None:
             changes.append((key, from_token(view.controls[key], spec[key], values[key])))
     expected = cpython_state(fid, changes)
     assert close(expected, cpython_state(fid)) != [], (fid, changes)     # the moves changed the figure
@@ -382,35 +382,13 @@ def check_keyboard_moves(page, fid: str) -> None:
         assert part and part in said, (fid, key, part, said)
 
 
-# Each control's value on the live figure, written as a link writes it (static/state.js).
-CONTROL_VALUES_JS = """([id, keys]) => {
-  const fig = window.__guide.figs.get(id);
-  const root = fig.liveRoot;
-  const out = {};
-  for (const key of keys) {
-    let m = [root, ...root.references()].find(m => (m.css_classes || []).includes(`ctl-${key}`));
-    if (!m) continue;
-    const has = (x, a) => x.properties && a in x.properties;
-    if (!['value', 'active'].some(a => has(m, a)))
-      m = [...m.references()].find(r => has(r, 'value') || has(r, 'active')) || m;
-    if (has(m, 'labels') && has(m, 'active') && typeof m.active === 'number') out[key] = {index: m.active};
-    else if (has(m, 'options') && has(m, 'value')) {
-      const opts = m.options.map(o => Array.isArray(o) ? o[0] : o);
-      out[key] = {index: opts.indexOf(m.value)};
-    } else if (has(m, 'active') && typeof m.active === 'boolean') out[key] = {value: m.active};
-    else out[key] = {value: m.value};
-  }
-  return out;
-}"""
-
-
-def from_token(widget, spec: dict, got: dict):
-    """A control's value in Python from CONTROL_VALUES_JS's reading (an option's index, or a
-    discrete slider's position) and the control's link spec."""
+def from_token(widget, spec: dict, got):
+    """A control's value in Python from its value as a link writes it (guide.js linkValue:
+    a menu's token, a number, true/false), by the control's link spec."""
     from widgets.state import _options
 
     if spec["kind"] == "choice":
-        return _options(widget)[got["index"] if "index" in got else int(got["value"])]
+        return _options(widget)[spec["tokens"].index(got)]
     if spec["kind"] == "bool":
-        return bool(got["value"])
-    return int(got["value"]) if spec["integer"] else float(got["value"])
+        return bool(got)
+    return int(got) if spec["integer"] else float(got)

@@ -81,11 +81,11 @@ def test_the_crossover_context_is_the_forward_models():
 
 def test_longest_fitting_context_is_the_last_whole_token_that_fits(r128):
     room = r128.kv_room_bytes
-    full = r128.longest_fitting("full")
+    full = r128.longest_fit["full"]
     assert full == math.floor(room / (M.num_layers * ROW))
-    assert r128.longest_fitting("window") == math.inf
+    assert r128.longest_fit["window"] == math.inf
     g = M.num_layers // 4
-    hybrid = r128.longest_fitting("hybrid")
+    hybrid = r128.longest_fit["hybrid"]
     assert hybrid == math.floor((room / ROW - (M.num_layers - g) * 4096) / g)
     groups = layer_groups("hybrid", M.num_layers, r128.params)
     assert longest_fitting_context(groups, ROW, 1, room) == hybrid

@@ -128,7 +128,7 @@ def build() -> FigureView:
             ("cache read per step, full", f"{r.params.batch * r.kv_bytes_per_seq['full'] / 1e9:,.2f} GB"),
             ("cache reads = weights at (dashed)", f"{r.context_kv_equals_weights:,.0f} tokens"),
             ("room for the cache", fmt_gib(r.kv_room_bytes)),
-            ("full attention fits up to", f"{r.longest_fitting('full'):,.0f} tokens"),
+            ("full attention fits up to", f"{r.longest_fit['full']:,.0f} tokens"),
             ("at peak rates: weights", fmt_ms(r.roofline_s["weights"], 2)),
             ("cache (full)", fmt_ms(r.roofline_s["kv"], 2)),
             ("attention math (full)", fmt_ms(r.roofline_s["math"], 3)),

@@ -16,7 +16,7 @@
 // A live figure's data-live says how it went live: "adopted" (its preview linked to
 // Python) or "embedded" (Python's document rendered in place of the preview).
 
-import { applyLink, initSharing, linkPhrase, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
+import { applyLink, initSharing, linkPhrase, linkValue, noteChangeFromPython, readLink, statusBox, watchControls } from "./state.js";
 
 const G = window.__guide;
 const T = (G.timing = G.timing || {});
@@ -412,6 +412,7 @@ function describeFigure(fig, root) {
 }
 
 G.readoutText = readoutText;     // (the browser tests read CPython's readouts with it)
+G.linkValue = (id, key) => linkValue(FIGS.get(id), key);     // (and the live controls with this)
 
 function describeSoon(fig) {
   if (!fig) return;

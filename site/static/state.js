@@ -224,6 +224,13 @@ export function noteChangeFromPython(event) {
 
 // ------------------------------------------------------------------ writing links
 
+export function linkValue(fig, key) {
+  // Control `key`'s value on the live figure, as a link writes it (a menu's token, a number,
+  // true/false); undefined for a key the figure's link does not carry.
+  const spec = specOf(fig).get(key);
+  return spec ? readControl(fig.liveRoot, key, spec) : undefined;
+}
+
 function currentValues(fig) {
   // The figure's current values: the live figure's, or before that the preview's changes
   // over the link's values.

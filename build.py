@@ -14,9 +14,11 @@ The recipe, in the order `build_into` runs it (each step's module in brackets):
 2. build_guide_wheel    the guide's own code (sim/, widgets/: pyproject.toml [tool.guide])
    [builder.wheels]     as a wheel for the browser, and the merged pyodide-lock.json; then
                         every wheel about to ship must unzip and match the lock;
-   make_snapshot        Python with those wheels installed and everything the figures need
+   start_snapshot       Python with those wheels installed and everything the figures need
    [builder.snapshot]   imported, as a Pyodide memory snapshot made in Node, which the
                         pages' worker restores instead of booting (--no-snapshot: none);
+                        its compressed copies are made on other threads during steps 3-4
+                        and put in place before step 5;
 3. prerender_figures    every figure the chapters place (their figure() calls) built in
    [builder.prerender]  CPython: its Bokeh document embedded in the page and an SVG poster
                         of its default state (builder.posters) painted at once;
@@ -47,15 +49,15 @@ import time
 from pathlib import Path
 
 from builder import common
-from builder.common import OUT, BuildError, locked, log
-from builder.output import (fault_point, precompress, recover, sibling, signals_interrupt, swap_into_place,
-                            verify_site, write_manifest)
+from builder.common import OUT, VENDOR, BuildError, locked, log
+from builder.output import (fault_point, precompress, recover, sibling, signals_interrupt, swap_into_place, verify_site,
+                            warm_brotli, write_manifest)
 from builder.pages import read_chapters, read_references, render_pages, select_chapters, table_of_contents
 from builder.prerender import prerender_figures
 from builder.runtime import PYODIDE_CORE_SHA256, vendor_runtime
 from builder.serve import serve_forever
 from builder.slides import build_slides
-from builder.snapshot import make_snapshot
+from builder.snapshot import start_snapshot
 from builder.wheels import build_guide_wheel, check_shipped_wheels
 from sim.cli import ArgumentParser, UsageError, fail, interrupted_status, one_line, shorten, stopped
 
@@ -66,18 +68,28 @@ def build_into(staging: Path, pyodide_dir: Path | None, only: list[int] | None, 
         runtime = vendor_runtime(staging, pyodide_dir)
     build_guide_wheel(staging, runtime)
     check_shipped_wheels(staging)
+    warm_brotli(staging / VENDOR)
+    end_snapshot = None
     if snapshot:
-        runtime.snapshot = make_snapshot(staging, PYODIDE_CORE_SHA256["pyodide.asm.wasm"])
+        # (its brotli copies take minutes: made on other threads while the pages are built)
+        runtime.snapshot, end_snapshot = start_snapshot(staging, PYODIDE_CORE_SHA256["pyodide.asm.wasm"])
     else:
         log("WARNING: --no-snapshot: no Pyodide memory snapshot; every page boots Python normally "
             "(several seconds slower per page)")
-    chapters = read_chapters()
-    contents = table_of_contents(chapters)
-    chapters = select_chapters(chapters, only)
-    references = read_references()
-    figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
-    render_pages(staging, chapters, figures, references, runtime, contents)
-    build_slides(staging, set(figures))
+    try:
+        chapters = read_chapters()
+        contents = table_of_contents(chapters)
+        chapters = select_chapters(chapters, only)
+        references = read_references()
+        figures = prerender_figures([f for c in chapters for f in c.figures], runtime)
+        render_pages(staging, chapters, figures, references, runtime, contents)
+        build_slides(staging, set(figures))
+    except BaseException:
+        if end_snapshot:
+            end_snapshot(abort=True)
+        raise
+    if end_snapshot:
+        end_snapshot()
     precompress(staging)
     write_manifest(staging)
 

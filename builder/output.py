@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -53,13 +54,39 @@ def brotli_copy(data: bytes) -> bytes:
     return packed
 
 
+def compressible(p: Path) -> bool:
+    """Whether precompress writes copies of file `p`."""
+    return p.is_file() and p.suffix in COMPRESSIBLE and p.stat().st_size >= GZIP_MIN_BYTES
+
+
+_warming: list[threading.Thread] = []
+
+
+def warm_brotli(folder: Path) -> None:
+    """Start making the brotli copies that precompress will want of the files now under
+    `folder` (the vendored runtime, most of the bytes), into the cache, on a daemon thread
+    while the build goes on; precompress waits for it rather than compress a file twice.
+    Errors are left to precompress, which meets the same file again."""
+    files = [p for p in sorted(folder.rglob("*")) if compressible(p)]
+
+    def run() -> None:
+        for p in files:
+            with contextlib.suppress(Exception):
+                brotli_copy(p.read_bytes())
+    t = threading.Thread(target=run, name="brotli copies", daemon=True)
+    t.start()
+    _warming.append(t)
+
+
 def precompress(out: Path) -> None:
     """gzip (.gz) and brotli (.br) copies of the large text and wasm files, for hosts that
     serve them as they are; a .br copy only where it is smaller than the .gz one."""
     import gzip
+    while _warming:
+        _warming.pop().join()
     n = n_br = 0
     for p in sorted(out.rglob("*")):
-        if p.is_file() and p.suffix in COMPRESSIBLE and p.stat().st_size >= GZIP_MIN_BYTES:
+        if compressible(p):
             data = p.read_bytes()
             gz_path = p.with_name(p.name + ".gz")
             with open(gz_path, "wb") as f:

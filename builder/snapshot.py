@@ -36,6 +36,7 @@ must not happen silently. `build.py --no-snapshot` builds such a site on purpose
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -45,9 +46,10 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 from builder import common
 from builder.common import GUIDE_PACKAGE, PANEL_CDN_ROOT, PYO, ROOT, VENDOR, BuildError, locked, log, sha256_bytes
@@ -187,16 +189,37 @@ def brotli_bytes(data: bytes) -> bytes:
     return brotli.compress(data, **BROTLI)
 
 
-def compress_all(folder: Path, parts: dict[str, bytes]) -> None:
-    """<name>.gz and <name>.br in `folder` for each of `parts`, compressed at once on up to
-    as many threads as cores (zlib and brotli let go of the GIL while they work), the
-    longest job (the memory's brotli copy) first."""
+def compressing(folder: Path, parts: dict[str, bytes]) -> Callable[[], None]:
+    """Start writing <name>.gz and <name>.br in `folder` for each of `parts`, each on a
+    thread of its own (zlib and brotli let go of the GIL while they work), the longest job
+    (the memory's brotli copy) first; returns a function that waits for them all (and
+    raises the first error). The threads are daemons: a build stopped by a signal exits at
+    once instead of waiting out a brotli run."""
     jobs = [(f"{name}.{ext}", fn, data) for name, data in sorted(parts.items(), key=lambda kv: -len(kv[1]))
             for ext, fn in (("br", brotli_bytes), ("gz", gzip_bytes))]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        done = {out: pool.submit(fn, data) for out, fn, data in jobs}
-        for out, job in done.items():
-            (folder / out).write_bytes(job.result())
+    errors: list[BaseException] = []
+
+    def run(out: str, fn: Callable[[bytes], bytes], data: bytes) -> None:
+        try:
+            (folder / out).write_bytes(fn(data))
+        except BaseException as e:                      # (raised again by wait)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=job, name=f"compress {job[0]}", daemon=True) for job in jobs]
+    for t in threads:
+        t.start()
+
+    def wait() -> None:
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    return wait
+
+
+def compress_all(folder: Path, parts: dict[str, bytes]) -> None:
+    """<name>.gz and <name>.br in `folder` for each of `parts` (`compressing`, waited for)."""
+    compressing(folder, parts)()
 
 
 def pinned_env() -> dict:
@@ -227,40 +250,63 @@ def run_node(pyo: Path, work: Path) -> None:
 CACHED = ("memory.gz", "memory.br", "files.gz", "files.br", "meta.json")
 
 
-def make_cached(pyo: Path) -> Path:
-    """The cache folder holding this input's snapshot (made now if it is not there or
-    does not verify): memory and files (.gz, .br), meta.json, digest.json."""
+def make_cached(pyo: Path) -> tuple[Path, dict, Callable[..., None]]:
+    """The cache folder for this input's snapshot; its digest ("id", "memory_size",
+    "files_size", known once Node has run) with its metadata in one dict; and a function that returns when
+    the folder is complete: memory and files (.gz, .br), meta.json, digest.json. A folder
+    already there (and verified) is complete at once; otherwise Node runs now and the
+    compressed copies are written on other threads, while the build goes on, until the
+    function is called. It must be called (it also releases the cache's lock), or, if the
+    build stops first, `complete(abort=True)` drops the unfinished folder."""
     node_ver = node_version()
     key = inputs_digest(pyo, node_ver)
     root = common.CACHE / "snapshot"
     root.mkdir(parents=True, exist_ok=True)
     folder = root / key[:32]
-    with locked(root, "the snapshot cache"):
+    lock = contextlib.ExitStack()
+    lock.enter_context(locked(root, "the snapshot cache"))
+    work = None
+    try:
         if folder.is_dir():
             problem = cache_problem(folder)
             if not problem:
                 log(f"snapshot cache {folder.name} (inputs unchanged)")
-                return folder
+                lock.close()
+                made = {**json.loads((folder / "digest.json").read_text()), **json.loads((folder / "meta.json").read_text())}
+                return folder, made, lambda abort=False: None
             log(f"snapshot cache {folder.name}: {problem}; making it again")
             shutil.rmtree(folder, ignore_errors=True)
         for stale in root.glob(".making-*"):
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=".making-", dir=root))
+        run_node(pyo, work / "raw")
+        memory, files, meta = finish(work / "raw", pyo)
+        digest = {"id": content_id(memory, files, meta), "memory_size": len(memory), "files_size": len(files)}
+        wait = compressing(work, {"memory": memory, "files": files})
+        (work / "meta.json").write_bytes(meta)
+        shutil.rmtree(work / "raw")
+    except BaseException:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+        lock.close()
+        raise
+
+    def complete(abort: bool = False) -> None:
         try:
-            run_node(pyo, work / "raw")
-            memory, files, meta = finish(work / "raw", pyo)
-            digest = {"id": content_id(memory, files, meta), "memory_size": len(memory), "files_size": len(files)}
-            compress_all(work, {"memory": memory, "files": files})
-            (work / "meta.json").write_bytes(meta)
-            shutil.rmtree(work / "raw")
+            if abort:
+                raise InterruptedError
+            wait()
             for name in CACHED:
                 digest[name] = sha256_bytes((work / name).read_bytes())
             (work / "digest.json").write_text(json.dumps(digest, indent=1, sort_keys=True) + "\n")
             os.replace(work, folder)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-    return folder
+        except BaseException as e:
+            shutil.rmtree(work, ignore_errors=True)     # (a compressing thread may still write: the
+            if not isinstance(e, InterruptedError):    #  next build clears a stray .making-*)
+                raise
+        finally:
+            lock.close()
+    return folder, {**digest, **json.loads(meta)}, complete
 
 
 def cache_problem(folder: Path) -> str | None:
@@ -274,23 +320,39 @@ def cache_problem(folder: Path) -> str | None:
     return None
 
 
-def make_snapshot(out: Path, wasm_sha256: str) -> dict:
-    """Step 2b: the snapshot files into out/vendor/snapshot/; returns what the pages'
-    runtime config says of them (builder/pages.py worker_config)."""
-    folder = make_cached(out / PYO)
-    digest = json.loads((folder / "digest.json").read_text())
-    meta = json.loads((folder / "meta.json").read_text())
-    sid = digest["id"]
-    dst = out / SNAPSHOT_DIR
-    dst.mkdir(parents=True)
+def start_snapshot(out: Path, wasm_sha256: str) -> tuple[dict, Callable[..., None]]:
+    """Step 2b, begun: what the pages' runtime config says of the snapshot (builder/pages.py
+    worker_config), known once Node has run, and a function that ends the step: it waits
+    for the compressed copies (made meanwhile on other threads) and puts the files into
+    out/vendor/snapshot/. Call it before the output step; `end(abort=True)` if the build
+    stops before."""
+    folder, made, complete = make_cached(out / PYO)
+    sid = made["id"]
     names = {"memory": f"snapshot-{sid}.bin.gz", "files": f"files-{sid}.bin.gz", "meta": f"snapshot-{sid}.json"}
-    for key in ("memory", "files"):
-        shutil.copyfile(folder / f"{key}.gz", dst / names[key])
-        # the brotli copy of <name>.bin, which has no file of its own (see the module's doc)
-        shutil.copyfile(folder / f"{key}.br", dst / names[key].replace(".bin.gz", ".bin.br"))
-    shutil.copyfile(folder / "meta.json", dst / names["meta"])
-    for n in sorted(p.name for p in dst.iterdir()):
-        log(f"snapshot {sid}", f"{SNAPSHOT_DIR}/{n}")
-    return {"id": sid, **{k: f"{SNAPSHOT_DIR}/{n}" for k, n in names.items()},
-            "memory_size": digest["memory_size"], "files_size": digest["files_size"],
-            "pyodide": meta["pyodide"], "build_id": meta["build_id"], "wasm_sha256": wasm_sha256}
+
+    def end(abort: bool = False) -> None:
+        complete(abort)
+        if abort:
+            return
+        dst = out / SNAPSHOT_DIR
+        dst.mkdir(parents=True)
+        for key in ("memory", "files"):
+            shutil.copyfile(folder / f"{key}.gz", dst / names[key])
+            # the brotli copy of <name>.bin, which has no file of its own (see the module's doc)
+            shutil.copyfile(folder / f"{key}.br", dst / names[key].replace(".bin.gz", ".bin.br"))
+        shutil.copyfile(folder / "meta.json", dst / names["meta"])
+        for n in sorted(p.name for p in dst.iterdir()):
+            log(f"snapshot {sid}", f"{SNAPSHOT_DIR}/{n}")
+
+    config = {"id": sid, **{k: f"{SNAPSHOT_DIR}/{n}" for k, n in names.items()},
+              "memory_size": made["memory_size"], "files_size": made["files_size"],
+              "pyodide": made["pyodide"], "build_id": made["build_id"], "wasm_sha256": wasm_sha256}
+    return config, end
+
+
+def make_snapshot(out: Path, wasm_sha256: str) -> dict:
+    """Step 2b at once: the snapshot files into out/vendor/snapshot/; returns what the
+    pages' runtime config says of them (`start_snapshot`, ended)."""
+    config, end = start_snapshot(out, wasm_sha256)
+    end()
+    return config

@@ -172,19 +172,34 @@ def pairs_up_to(position, keep: Optional[int]):
 
 def _prefill_s(cost: StepCost, groups: list, num_layers: int, prompts: np.ndarray,
                evict_after_prefill: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(prefill seconds, attention seconds) of each prompt length, run in chunks of
-    PREFILL_CHUNK_TOKENS tokens on one sequence, the output head on the last token only."""
+    """(prefill seconds, attention seconds) of each prompt length (`chunked_prefill_s`)."""
     if evict_after_prefill:                  # the prompt is attended whole; its cache is cut after
         groups = [(num_layers, None)]
+    return chunked_prefill_s(cost, groups, prompts)
+
+
+def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill seconds, attention seconds) of `new_tokens` prompt tokens of one sequence
+    that come after `cached_tokens` already in its cache (arrays of requests, element by
+    element), run in chunks of PREFILL_CHUNK_TOKENS tokens, the output head on the last
+    token only; `groups` as `layer_groups` gives them ([(layers, None)]: full attention).
+
+    >>> c = step_cost("llama-3.1-8b", "H100-SXM", Precision())
+    >>> t, _ = chunked_prefill_s(c, [(32, None)], [512, 512], [0, 4096])
+    >>> bool(t[1] > t[0]), float(t[0]) == c.uniform_time_s(1, 512, 0, cuda_graphs=False)
+    (True, True)
+    """
+    num_layers = sum(layers for layers, _ in groups)
     chunk = PREFILL_CHUNK_TOKENS
-    prompts = np.asarray(prompts, dtype=np.int64)
+    prompts = np.asarray(new_tokens, dtype=np.int64).reshape(-1)
+    cached = np.broadcast_to(np.asarray(cached_tokens, dtype=np.int64), prompts.shape)
     full_chunks = (prompts - 1) // chunk           # chunks before the last one (each `chunk` tokens)
     last = prompts - full_chunks * chunk           # the last chunk's tokens (1..chunk)
     # every chunk of every prompt: its start position and size
     counts = (full_chunks + 1).astype(np.intp)    # (repeat counts in the platform's index type: 32 bits in the browser)
     owner = np.repeat(np.arange(prompts.size), counts)
     index = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    start = index * chunk
+    start = cached[owner] + index * chunk
     size = np.where(index < full_chunks[owner], chunk, last[owner])
     attn = np.zeros(owner.size)
     for layers, keep in groups:

@@ -209,14 +209,17 @@ def lookups(w: Workload, system_tokens: int, document_tokens: int, blocks: tuple
     snap: list = [None] * nb               # per block size: (order, sizes, request) after the last
                                            # request with a partial block
     out = [([], [], []) for _ in blocks]   # per block size: request, depth, size of each lookup
+    find = order.index
     for i in range(len(convs)):
         conv, doc = ("c", convs[i]), docs[i]
         path = [("s",), ("d", doc), conv] if doc >= 0 else [("s",), conv]
+        present = []                       # where the path's pieces are in the order
         for piece in path:
             held = size.get(piece)
             if held is None:
                 continue
-            at = order.index(piece)
+            at = find(piece)
+            present.append(at)
             for k in range(nb):
                 if not held[k]:
                     continue
@@ -231,12 +234,10 @@ def lookups(w: Workload, system_tokens: int, document_tokens: int, blocks: tuple
                 req.append(i)
                 depth.append(deepest)
                 held_sizes.append(held[k])
-        for piece in path:                 # touched: to the front, the head first
-            if piece in size:
-                at = order.index(piece)
-                del order[at]
-                for k in range(nb):
-                    del sizes[k][at]
+        for at in sorted(present, reverse=True):      # touched: to the front, the head first
+            del order[at]
+            for k in range(nb):
+                del sizes[k][at]
         size[("s",)] = sys_size
         if doc >= 0:
             size[("d", doc)] = doc_size
@@ -277,20 +278,60 @@ def workload_lookups(p: PrefixCacheParams) -> tuple[Workload, list]:
     return w, lookups(w, p.system_tokens, p.document_tokens, (p.block_tokens, 1))
 
 
-def smallest_cache_for(lk: Lookups, w: Workload, tokens: float, block: int, at_least: int) -> int:
+def found_in_all(lk: Lookups, capacity_tokens) -> np.ndarray:
+    """The prompt tokens a cache of each of `capacity_tokens` finds over the whole workload:
+    sum over lookups of clip(C - depth, 0, size), a piecewise-linear function of C summed at
+    its sorted corners (numpy, no table of lookups by sizes). Equal to
+    `hit_tokens(...).sum(axis=0)`: the cap there never binds, as every prompt ends with a new
+    message of at least one token that no cache holds."""
+    c = np.asarray(capacity_tokens, dtype=np.float64)
+    if not lk.depth_tokens.size:
+        return np.zeros(c.shape)
+    corners, slope_sum, offset_sum = _corners(lk)
+    finite = np.where(np.isinf(c), 0.0, c)
+    n = np.searchsorted(corners, finite, side="right")
+    at = np.where(n > 0, finite * slope_sum[np.maximum(n - 1, 0)] - offset_sum[np.maximum(n - 1, 0)], 0.0)
+    # (whole tokens at whole-token capacities: rounded, so no last-bit error of the sums remains)
+    return np.where(np.isinf(c), lk.size_tokens.sum(), np.round(at))
+
+
+def _corners(lk: Lookups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Corners of sum clip(C - d, 0, s) = sum relu(C - d) - relu(C - d - s): the sorted
+    corners, and the running sums of the slopes and of slope x corner up to each."""
+    corners = np.concatenate([lk.depth_tokens, lk.depth_tokens + lk.size_tokens])
+    slopes = np.concatenate([np.ones(lk.depth_tokens.size), -np.ones(lk.depth_tokens.size)])
+    order = np.argsort(corners, kind="stable")
+    corners, slopes = corners[order], slopes[order]
+    return corners, np.cumsum(slopes), np.cumsum(slopes * corners)
+
+
+def smallest_cache_for(lk: Lookups, tokens: float, block: int, at_least: int) -> int:
     """The smallest cache, in whole blocks of `block` tokens and at least `at_least` tokens,
-    that finds `tokens` prompt tokens in all (bisection: what a cache finds never falls as
-    it grows)."""
-    lo, hi = -(-at_least // block), -(-at_least // block)
-    while hit_tokens(lk, w, [hi * block]).sum() < tokens:
-        lo, hi = hi, hi * 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if hit_tokens(lk, w, [mid * block]).sum() >= tokens:
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi * block
+    that finds `tokens` prompt tokens in all (`found_in_all` is piecewise linear and never
+    falls: the corner past which it reaches `tokens`, then along the segment before it)."""
+    least = -(-at_least // block) * block
+    if tokens <= 0 or not lk.depth_tokens.size:
+        return least
+    corners, slope_sum, offset_sum = _corners(lk)
+    values = corners * slope_sum - offset_sum                    # found_in_all at each corner
+    k = int(np.searchsorted(values, tokens, side="left"))      # the first corner that reaches it
+    if k == 0:
+        return least
+    if k >= corners.size:
+        raise ValueError(f"no cache finds {tokens:,.0f} tokens: the workload repeats {values[-1]:,.0f}")
+    c = corners[k - 1] + (tokens - values[k - 1]) / slope_sum[k - 1] if slope_sum[k - 1] > 0 else corners[k]
+    return max(int(-(-np.ceil(c - 1e-9) // block)) * block, least)
+
+
+@lru_cache(maxsize=16)
+def uncached_prefill_s(wp: PrefixCacheParams, model: str, gpu: str, kv_dtype: str) -> np.ndarray:
+    """(requests,) every request's prefill with no cache, with the shipped calibration
+    (kept: it does not change with the cache's size). Read-only."""
+    w, _ = workload_lookups(wp)
+    cost = step_cost(model, gpu, Precision(kv_dtype=kv_dtype))
+    t, _ = chunked_prefill_s(cost, [(get_model(model).num_layers, None)], w.prompt_tokens, 0)
+    t.flags.writeable = False
+    return t
 
 
 @dataclass(frozen=True)
@@ -332,33 +373,33 @@ def prefix_cache(params: PrefixCacheParams = PrefixCacheParams(),
     p = params
     m, gpu = get_model(p.model), get_gpu(p.gpu)
     per_token = kv_bytes_per_token(m, p.kv_dtype)
-    w, lks = workload_lookups(dataclasses.replace(p, **WORKLOAD_FREE))
+    wp = dataclasses.replace(p, **WORKLOAD_FREE)
+    w, lks = workload_lookups(wp)
     largest = int((w.prompt_tokens + w.output_tokens).max())
     if p.cache_tokens < largest:
         raise ValueError(f"a cache of {p.cache_tokens:,} tokens cannot hold the largest request ({largest:,} "
                          f"tokens, prompt and answer): a larger cache, or a shorter document or fewer turns")
     sweep = np.geomspace(CAPACITY_MIN, CAPACITY_MAX, p.points)
-    caps = np.concatenate([[p.cache_tokens], sweep, [np.inf]])
+    caps = np.concatenate([sweep, [np.inf]])
     total = float(w.prompt_tokens.sum())
     rates = {}
-    hits = {}
     for (name, block), lk in zip((("blocks", p.block_tokens), ("radix", 1)), lks):
         # a cache of whole blocks: the capacity's tokens rounded down to blocks
-        h = hit_tokens(lk, w, np.floor(caps / block) * block)
-        hits[name] = h
-        rates[name] = h.sum(axis=0) / total
+        rates[name] = found_in_all(lk, np.floor(caps / block) * block) / total
+    found = hit_tokens(lks[0], w, [p.cache_tokens // p.block_tokens * p.block_tokens])[:, 0].astype(np.int64)
+    radix_found = float(found_in_all(lks[1], p.cache_tokens))
     too_small = sweep < largest
-    curve = np.where(too_small, np.nan, rates["blocks"][1:-1])
-    curve_radix = np.where(too_small, np.nan, rates["radix"][1:-1])
-    most = smallest_cache_for(lks[0], w, 0.9 * hits["blocks"][:, -1].sum(), p.block_tokens, largest)
+    curve = np.where(too_small, np.nan, rates["blocks"][:-1])
+    curve_radix = np.where(too_small, np.nan, rates["radix"][:-1])
+    most = smallest_cache_for(lks[0], 0.9 * rates["blocks"][-1] * total, p.block_tokens, largest)
     cost = step_cost(p.model, p.gpu, Precision(kv_dtype=p.kv_dtype), calibration)
     groups = [(m.num_layers, None)]
-    found = hits["blocks"][:, 0].astype(np.int64)
     ttft, _ = chunked_prefill_s(cost, groups, w.prompt_tokens - found, found)
-    ttft0, _ = chunked_prefill_s(cost, groups, w.prompt_tokens, 0)
+    ttft0 = uncached_prefill_s(wp, p.model, p.gpu, p.kv_dtype) if calibration is None else \
+        chunked_prefill_s(cost, groups, w.prompt_tokens, 0)[0]
     return PrefixCacheResult(
         p, int(w.arrival_s.size), int(total), sweep, curve, curve_radix,
-        float(rates["blocks"][0]), float(rates["radix"][0]), float(rates["blocks"][-1]), float(rates["radix"][-1]),
+        float(found.sum() / total), radix_found / total, float(rates["blocks"][-1]), float(rates["radix"][-1]),
         int(found.sum()), int(most),
         float(ttft.sum()), float(ttft0.sum()), ttft, ttft0,
         {f"p{q}": (float(np.percentile(ttft, q)), float(np.percentile(ttft0, q))) for q in (50, 99)},

@@ -114,6 +114,15 @@ def test_each_turn_finds_the_conversation_so_far_less_its_unfinished_block():
     assert found.tolist() == want
 
 
+def test_the_sum_over_the_workload_is_the_sum_of_every_request():
+    """found_in_all (corners of a piecewise-linear sum) equals hit_tokens summed over requests."""
+    p = pc.PrefixCacheParams(turns=6.0, document_share=0.5)
+    w, lks = pc.workload_lookups(dataclasses.replace(p, **pc.WORKLOAD_FREE))
+    caps = np.concatenate([np.floor(np.geomspace(4096, 2 ** 24, 37)), [12_345.0, 16_000.0, 0.0, np.inf]])
+    for lk in lks:
+        assert pc.found_in_all(lk, caps).tolist() == pc.hit_tokens(lk, w, caps).sum(axis=0).tolist()
+
+
 def test_hit_rates_grow_with_the_cache_and_reach_the_unbounded_one():
     r = pc.prefix_cache()
     drawn = r.hit_rate_curve[~np.isnan(r.hit_rate_curve)]

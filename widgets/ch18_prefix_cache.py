@@ -93,7 +93,9 @@ def build() -> FigureView:
         except ValueError as exc:          # a combination the sim refuses: say so, keep the plots as they were
             numbers.object = f'<p class="fig-warning">Not computed: {exc}.</p>'
             return
-        curves.data = {"tokens": r.capacities_tokens, "blocks": r.hit_rate_curve, "radix": r.hit_rate_curve_radix}
+        drawn = ~np.isnan(r.hit_rate_curve)          # (a cache smaller than the largest request: not drawn)
+        curves.data = {"tokens": r.capacities_tokens[drawn], "blocks": r.hit_rate_curve[drawn],
+                       "radix": r.hit_rate_curve_radix[drawn]}
         n = r.requests
         ttft.data = {"share": np.arange(1, n + 1) / n, "cached_ms": np.sort(r.ttft_s) * 1e3,
                      "uncached_ms": np.sort(r.ttft_s_uncached) * 1e3}

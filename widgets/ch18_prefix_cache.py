@@ -36,6 +36,7 @@ RATES = [0.1, 0.3, 1.0, 3.0, 10.0]
 THINK_S = [5.0, 15.0, 30.0, 60.0, 120.0, 300.0]
 SYSTEM = [0, 256, 1024, 4096, 8192]
 DOC_TOKENS = [2048, 8192, 32768]
+MS_TICKS = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000]
 TICKS = {2 ** k: (f"{2 ** (k - 20)}M" if k >= 20 else f"{2 ** (k - 10)}K") for k in range(12, 25, 2)}
 
 
@@ -79,6 +80,7 @@ def build() -> FigureView:
                   width=400, height=300, x_type="log", y_range=(0, 1))
     with_cache = p_ttft.line("cached_ms", "share", source=ttft, line_width=2, color=BLUE)
     without = p_ttft.line("uncached_ms", "share", source=ttft, line_width=2, color=GREY, line_dash="dashed")
+    label_ticks(p_ttft.xaxis, {ms: f"{ms:,}" for ms in MS_TICKS})
     p_ttft.add_layout(Legend(items=[LegendItem(label="with this cache", renderers=[with_cache]),
                                     LegendItem(label="no cache", renderers=[without])],
                              orientation="horizontal", label_text_font_size="11px", padding=2, margin=4), "above")

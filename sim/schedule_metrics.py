@@ -103,7 +103,7 @@ def schedule_result(run) -> ScheduleResult:
                                axis=0),
         slot_kind=kinds, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=run.kv.capacity_tokens,
         prefill_tokens=run.prefill_total,
-        recomputed_tokens=run.prefill_total - int(sum(s.prompt_tokens for s in run.specs)),
+        recomputed_tokens=run.prefill_total - int(sum(s.prompt_tokens for s in run.specs if not s.kv_ready)),
         discarded_tokens=run.discarded, decode_tokens=run.decode_total, prefill_emissions=run.prefill_emits,
         emitted_tokens=np.array([r.generated for r in reqs]), padding_tokens=run.padding_total,
         makespan_s=makespan, busy_s=busy,

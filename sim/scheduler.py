@@ -30,6 +30,9 @@ are freed and it re-enters the front of the queue; when readmitted it recomputes
 prompt and the tokens it had generated (vLLM's recompute mode, R2). Its emitted tokens
 stay emitted.
 
+A request that arrives `kv_ready` (at a decode GPU of chapter 19) brings its prompt's KV and
+first token: admitted, it takes its blocks and decodes (preempted, it recomputes as others do).
+
 Events are ordered by (time, sequence number, kind): arrivals and step completions are
 processed in that order, and a step is scheduled only once every event at the current
 time has been handled, so the same inputs always give the same timeline.
@@ -110,6 +113,8 @@ class SchedulerParams:
                     raise ValueError(f"requests must be RequestSpec objects, got {r!r}")
             if len({r.name for r in self.requests}) != len(self.requests):
                 raise ValueError("request names must be unique")
+            if any(r.kv_ready for r in self.requests) and (self.chunked_prefill or self.policy != "continuous"):
+                raise ValueError("requests that arrive with their KV need policy='continuous', chunked_prefill=False")
 
     def workload(self) -> tuple:
         """The requests this run simulates, in arrival order (ties keep their listed order)."""
@@ -135,8 +140,7 @@ class _Req:
         self.slot = -1
         self.phase = "queued"        # queued -> waiting -> prefill -> decode -> done
         self.admitted = math.nan
-        self.first = math.nan
-        self.last = math.nan
+        self.first = self.last = math.nan
         self.max_itl = 0.0
         self.preempt = 0
         self.finish = math.nan
@@ -261,6 +265,9 @@ class Scheduler:
         r.phase = "prefill"
         if math.isnan(r.admitted):
             r.admitted = self.now
+            if r.spec.kv_ready:         # its KV and first token came with it
+                r.computed, r.generated, r.phase = r.target, 1, "decode"
+                r.first = r.last = r.spec.arrival_s
         self.running.append(r)
 
     def admissible_blocks(self) -> int:
@@ -338,7 +345,8 @@ class Scheduler:
                 break
             self.admit(r)
             r.blocks = self.kv.allocate(need)
-            admitted.append((r, r.target - r.computed, SLOT_PREFILL))
+            if r.computed < r.target:
+                admitted.append((r, r.target - r.computed, SLOT_PREFILL))
         return admitted or self._plan_decodes()
 
     def _plan_chunked(self) -> list:

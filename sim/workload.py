@@ -18,11 +18,12 @@ class RequestSpec:
     arrival_s: float       # when it reaches the server
     prompt_tokens: int
     output_tokens: int     # tokens to generate (>= 1; the first comes from the prefill)
+    kv_ready: bool = False  # arrives with its prompt's KV and first token, prefilled on another GPU (chapter 19)
 
     def __post_init__(self) -> None:
         check_non_negative("arrival_s", self.arrival_s)
         check_int("prompt_tokens", self.prompt_tokens, minimum=1)
-        check_int("output_tokens", self.output_tokens, minimum=1)
+        check_int("output_tokens", self.output_tokens, minimum=2 if self.kv_ready else 1)
 
 
 @checked_params

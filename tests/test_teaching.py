@@ -44,7 +44,7 @@ def test_ch09_round_states_are_in_a_legend():
     assert set(w.TOKEN_COLOURS.values()) <= legend_colours(view)
 
 
-@pytest.mark.parametrize("number", ["01", "04", "05", "07", "09", "10", "11", "12", "13", "14", "15", "17", "24"])
+@pytest.mark.parametrize("number", ["01", "04", "05", "07", "09", "10", "11", "12", "13", "14", "15", "17", "19", "24"])
 def test_chapter_asks_the_reader_to_predict_first(number):
     text = next(CHAPTERS.glob(f"{number}-*.md")).read_text()
     asks = re.findall(r'question\("Before you ([^"]+)"', text)

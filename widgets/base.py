@@ -179,6 +179,14 @@ def model_select(value: str = "llama-3.1-8b", *, label: str = "Model", width: in
                              value=value, width=width)
 
 
+def tokens_label(n: int) -> str:
+    """1024 -> '1K', 1048576 -> '1M', 1536 -> '1,536'."""
+    for unit, scale in (("M", 2 ** 20), ("K", 2 ** 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n:,}"
+
+
 def fmt_ms(seconds: float, digits: int = 1) -> str:
     """A duration in milliseconds with thousands separators: fmt_ms(0.01234) == '12.3 ms'."""
     return f"{seconds * 1e3:,.{digits}f} ms"

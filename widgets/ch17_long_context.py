@@ -18,7 +18,8 @@ from bokeh.models import ColumnDataSource, FactorRange, Legend, LegendItem, Span
 
 from sim import long_context as lc
 from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, FigureView, fmt_gib,
-                          fmt_ms, gpu_select, label_ticks, model_select, plot, provenance, readout, rows_table, watch)
+                          fmt_ms, gpu_select, label_ticks, model_select, plot, provenance, readout, rows_table,
+                          tokens_label, watch)
 
 FIGURE_ID = "ch17-long-context"
 TITLE = "Long context: the cache, a decode step and a prefill, from 1K to 1M tokens"
@@ -32,14 +33,6 @@ CONTEXTS = [2 ** k for k in range(10, 21)]               # 1K .. 1M tokens
 SIZES = [512, 1024, 2048, 4096, 8192, 16384, 32768]      # window and budget choices
 COLOURS = {"full": BLUE, "window": ORANGE, "sinks": SKY, "evict": VERMILION, "fp8": PURPLE, "hybrid": GREEN}
 DASHES = {"sinks": "dashed", "fp8": "dotdash"}
-
-
-def tokens_label(n: int) -> str:
-    """1024 -> '1K', 1048576 -> '1M', 1536 -> '1,536'."""
-    for unit, scale in (("M", 2 ** 20), ("K", 2 ** 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return f"{n:,}"
 
 
 def build() -> FigureView:

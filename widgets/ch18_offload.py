@@ -16,8 +16,8 @@ from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
 from sim import prefix_cache as pc
 from widgets.base import (BLUE, CONTROL_WIDTH, GREEN, ORANGE, PURPLE, SKY, VERMILION, FigureView, fmt_gib, fmt_ms,
-                          gpu_select, label_ticks, model_select, plot, provenance, readout, rows_table, watch)
-from widgets.ch17_long_context import tokens_label
+                          gpu_select, label_ticks, model_select, plot, provenance, readout, rows_table,
+                          tokens_label, watch)
 
 FIGURE_ID = "ch18-offload"
 TITLE = "KV offload: bring a prefix back, or compute it again"

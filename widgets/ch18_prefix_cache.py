@@ -19,8 +19,7 @@ from bokeh.models import ColumnDataSource, Legend, LegendItem, Span
 
 from sim import prefix_cache as pc
 from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, FigureView, fmt_gib, fmt_ms, gpu_select, label_ticks,
-                          model_select, plot, provenance, readout, rows_table, watch)
-from widgets.ch17_long_context import tokens_label
+                          model_select, plot, provenance, readout, rows_table, tokens_label, watch)
 
 FIGURE_ID = "ch18-prefix-cache"
 TITLE = "Prefix caching across requests: what a cache of each size finds in a chat workload"

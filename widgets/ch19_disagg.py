@@ -113,6 +113,7 @@ def build() -> FigureView:
                    f"splitting gives {dis / col - 1:+.0%} per GPU" if col else "only splitting meets the limits")
         moved = r.transfer_s[r.params.link]
         numbers.object = rows_table([
+            ("limits", f"TTFT {fmt_ms(r.params.ttft_slo_s, 0)}, TPOT {fmt_ms(r.params.tpot_slo_s, 0)}"),
             ("goodput, colocated", f"{col:,.1f} req/s per GPU"),
             (f"goodput, {_split(best)}", f"{dis:,.1f} req/s per GPU"),
             ("so", verdict),

@@ -51,7 +51,7 @@ from sim.forward import step_cost
 from sim.hardware import get as get_gpu
 from sim.kv import kv_bytes_per_token
 from sim.latency import SLO, LoadParams, simulate_load
-from sim.long_context import chunked_prefill_s
+from sim.long_context import full_prefill_s
 from sim.models import get as get_model
 from sim.models import names as model_names
 from sim.parallel import INTERNODE_BYTES_PER_S
@@ -174,7 +174,7 @@ def capacities(p: DisaggParams) -> Capacities:
     prompts = np.array([r.prompt_tokens for r in mix])
     outputs = np.array([r.output_tokens for r in mix])
     cost = step_cost(p.model, p.gpu, Precision())
-    pre, _ = chunked_prefill_s(cost, [(m.num_layers, None)], prompts)
+    pre = full_prefill_s(cost, m.num_layers, prompts)
     prefill = 1.0 / float(pre.mean())
     held = float(np.mean(prompts + outputs / 2))          # tokens a request holds, on average, while it decodes
     kv = default_kv_capacity_tokens(SchedulerParams(model=p.model, gpu=p.gpu))
@@ -271,7 +271,7 @@ def disagg(params: DisaggParams = DisaggParams()) -> DisaggResult:
     per_token = kv_bytes_per_token(m)
     cost = step_cost(p.model, p.gpu, Precision())
     sweep = np.unique(np.round(np.geomspace(TRANSFER_MIN, TRANSFER_MAX, 33)).astype(np.int64))
-    pre, _ = chunked_prefill_s(cost, [(m.num_layers, None)], np.concatenate([[p.prompt_tokens], sweep]))
+    pre = full_prefill_s(cost, m.num_layers, np.concatenate([[p.prompt_tokens], sweep]))
     links = {name: link_bytes_per_s(name, p.gpu) for name in LINK_NAMES}
     transfer = {name: float(p.prompt_tokens * per_token / b) for name, b in links.items()}
     key = replace(p, ttft_slo_s=DisaggParams.ttft_slo_s, tpot_slo_s=DisaggParams.tpot_slo_s, link="ib400")

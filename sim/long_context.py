@@ -215,6 +215,17 @@ def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0)
     return total, attention
 
 
+def full_prefill_s(cost: StepCost, num_layers: int, prompt_tokens) -> np.ndarray:
+    """Prefill seconds of whole prompts (an array, element by element) of a model with full
+    attention in all `num_layers` layers, nothing cached: `chunked_prefill_s`'s first part.
+
+    >>> c = step_cost("llama-3.1-8b", "H100-SXM", Precision())
+    >>> float(full_prefill_s(c, 32, [512])[0]) == c.uniform_time_s(1, 512, 0, cuda_graphs=False)
+    True
+    """
+    return chunked_prefill_s(cost, [(num_layers, None)], prompt_tokens)[0]
+
+
 def _decode_s(cost: StepCost, groups: list, num_layers: int, batch: int,
               contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(step seconds, attention seconds) of one decode step of `batch` sequences at each

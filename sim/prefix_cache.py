@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Optional
 
 import numpy as np
@@ -52,7 +52,7 @@ from sim.hardware import get as get_gpu
 from sim.kernel_model import Calibration
 from sim.kv import kv_budget_bytes, kv_bytes_per_token
 from sim.kv_blocks import DEFAULT_BLOCK_SIZE
-from sim.long_context import chunked_prefill_s
+from sim.long_context import chunked_prefill_s, full_prefill_s
 from sim.models import get as get_model
 from sim.models import names as model_names
 
@@ -175,6 +175,17 @@ class Lookups:
     depth_tokens: np.ndarray       # tokens touched more recently than the piece
     size_tokens: np.ndarray        # the piece's tokens a cache could hold (whole blocks)
 
+    @cached_property
+    def corners(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Corners of sum clip(C - d, 0, s) = sum relu(C - d) - relu(C - d - s): the sorted
+        corners, and the running sums of the slopes and of slope x corner up to each (sorted
+        once per Lookups, which `workload_lookups` keeps)."""
+        corners = np.concatenate([self.depth_tokens, self.depth_tokens + self.size_tokens])
+        slopes = np.concatenate([np.ones(self.depth_tokens.size), -np.ones(self.depth_tokens.size)])
+        order = np.argsort(corners, kind="stable")
+        corners, slopes = corners[order], slopes[order]
+        return corners, np.cumsum(slopes), np.cumsum(slopes * corners)
+
 
 def lookups(w: Workload, system_tokens: int, document_tokens: int, blocks: tuple) -> list:
     """One pass of the LRU stack over the workload's pieces, at each of `blocks` (tokens a
@@ -287,22 +298,12 @@ def found_in_all(lk: Lookups, capacity_tokens) -> np.ndarray:
     c = np.asarray(capacity_tokens, dtype=np.float64)
     if not lk.depth_tokens.size:
         return np.zeros(c.shape)
-    corners, slope_sum, offset_sum = _corners(lk)
+    corners, slope_sum, offset_sum = lk.corners
     finite = np.where(np.isinf(c), 0.0, c)
     n = np.searchsorted(corners, finite, side="right")
     at = np.where(n > 0, finite * slope_sum[np.maximum(n - 1, 0)] - offset_sum[np.maximum(n - 1, 0)], 0.0)
     # (whole tokens at whole-token capacities: rounded, so no last-bit error of the sums remains)
     return np.where(np.isinf(c), lk.size_tokens.sum(), np.round(at))
-
-
-def _corners(lk: Lookups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Corners of sum clip(C - d, 0, s) = sum relu(C - d) - relu(C - d - s): the sorted
-    corners, and the running sums of the slopes and of slope x corner up to each."""
-    corners = np.concatenate([lk.depth_tokens, lk.depth_tokens + lk.size_tokens])
-    slopes = np.concatenate([np.ones(lk.depth_tokens.size), -np.ones(lk.depth_tokens.size)])
-    order = np.argsort(corners, kind="stable")
-    corners, slopes = corners[order], slopes[order]
-    return corners, np.cumsum(slopes), np.cumsum(slopes * corners)
 
 
 def smallest_cache_for(lk: Lookups, tokens: float, block: int, at_least: int) -> int:
@@ -312,7 +313,7 @@ def smallest_cache_for(lk: Lookups, tokens: float, block: int, at_least: int) ->
     least = -(-at_least // block) * block
     if tokens <= 0 or not lk.depth_tokens.size:
         return least
-    corners, slope_sum, offset_sum = _corners(lk)
+    corners, slope_sum, offset_sum = lk.corners
     values = corners * slope_sum - offset_sum                    # found_in_all at each corner
     k = int(np.searchsorted(values, tokens, side="left"))      # the first corner that reaches it
     if k == 0:
@@ -329,7 +330,7 @@ def uncached_prefill_s(wp: PrefixCacheParams, model: str, gpu: str, kv_dtype: st
     (kept: it does not change with the cache's size). Read-only."""
     w, _ = workload_lookups(wp)
     cost = step_cost(model, gpu, Precision(kv_dtype=kv_dtype))
-    t, _ = chunked_prefill_s(cost, [(get_model(model).num_layers, None)], w.prompt_tokens, 0)
+    t = full_prefill_s(cost, get_model(model).num_layers, w.prompt_tokens)
     t.flags.writeable = False
     return t
 
@@ -357,7 +358,6 @@ class PrefixCacheResult:
     ttft_s: np.ndarray                      # (requests,) prefill at cache_tokens (time to first token, idle GPU)
     ttft_s_uncached: np.ndarray             # (requests,) with no cache
     ttft_percentiles_s: dict                # "p50", "p99" -> (at cache_tokens, no cache); numpy's linear percentiles
-    arrival_s: np.ndarray                   # (requests,)
     largest_request_tokens: int             # prompt + answer of the largest request
     kv_bytes_per_token: float
     kv_room_tokens: float                   # the GPU's room for KV (sim.kv.kv_budget_bytes), in tokens
@@ -403,7 +403,7 @@ def prefix_cache(params: PrefixCacheParams = PrefixCacheParams(),
         int(found.sum()), int(most),
         float(ttft.sum()), float(ttft0.sum()), ttft, ttft0,
         {f"p{q}": (float(np.percentile(ttft, q)), float(np.percentile(ttft0, q))) for q in (50, 99)},
-        w.arrival_s, largest, per_token,
+        largest, per_token,
         float(kv_budget_bytes(m, gpu, Precision(kv_dtype=p.kv_dtype))) / per_token,
         m.display_name, gpu.display_name, cost.calibration.note)
 
@@ -491,7 +491,7 @@ def offload(params: OffloadParams = OffloadParams(), calibration: Optional[Calib
     per_token = kv_bytes_per_token(m, p.kv_dtype)
     lengths = np.unique(np.round(np.geomspace(PREFIX_MIN, PREFIX_MAX, p.points)).astype(np.int64))
     cost = step_cost(p.model, p.gpu, Precision(kv_dtype=p.kv_dtype), calibration)
-    pre, _ = chunked_prefill_s(cost, [(m.num_layers, None)], np.concatenate([[p.prefix_tokens], lengths]))
+    pre = full_prefill_s(cost, m.num_layers, np.concatenate([[p.prefix_tokens], lengths]))
     curve = {}
     chosen = {}
     even = {}

@@ -317,8 +317,10 @@ class StepCost:
         return total, each
 
     def _memo(self, memo: dict, sizes, make) -> None:
-        n = np.unique(np.asarray(sizes, dtype=np.int64))
-        n = n[(n >= 1) & ~np.isin(n, list(memo))]
+        # (membership in the dict itself: np.isin against its keys made a list of thousands
+        # of them on every call, most of the cost of a call that finds them all there)
+        n = np.array([k for k in np.unique(np.asarray(sizes, dtype=np.int64)).tolist() if k >= 1 and k not in memo],
+                     dtype=np.int64)
         if n.size:
             total, each = self._busy(make(n), n.size)
             for j, k in enumerate(n.tolist()):

@@ -26,7 +26,6 @@ TITLE = "Disaggregated prefill and decode: goodput per GPU against colocated ser
 COMPUTE = dg.disagg
 PARAMS = dg.DisaggParams
 STATES = {  # named states (widgets.state), as the chapter uses them
-    "default": {},
     "tight-tpot": {"prompt": 4096, "tpot": 0.015},
     "short-prompts": {"prompt": 256},
     "slow-link": {"prompt": 4096, "tpot": 0.015, "link": "eth25"},

@@ -49,7 +49,7 @@ from sim.batch import Precision
 from sim.checks import check_choice, check_int, check_range, checked_params
 from sim.forward import step_cost
 from sim.hardware import get as get_gpu
-from sim.kv import kv_bytes_per_token
+from sim.kv import kv_bytes_per_token, kv_capacity_tokens
 from sim.latency import SLO, LoadParams, simulate_load
 from sim.long_context import full_prefill_s
 from sim.models import get as get_model
@@ -168,7 +168,6 @@ def capacities(p: DisaggParams) -> Capacities:
     >>> c.colocated == min(c.prefill, c.decode), c.decode_batch
     (True, 128)
     """
-    from sim.scheduler import default_kv_capacity_tokens
     m = get_model(p.model)
     mix = make_request_mix(p.load(1.0).mix())
     prompts = np.array([r.prompt_tokens for r in mix])
@@ -177,7 +176,7 @@ def capacities(p: DisaggParams) -> Capacities:
     pre = full_prefill_s(cost, m.num_layers, prompts)
     prefill = 1.0 / float(pre.mean())
     held = float(np.mean(prompts + outputs / 2))          # tokens a request holds, on average, while it decodes
-    kv = default_kv_capacity_tokens(SchedulerParams(model=p.model, gpu=p.gpu))
+    kv = kv_capacity_tokens(p.model, p.gpu)
     batch = int(max(1, min(p.max_batch, kv // held)))
     step = cost.uniform_time_s(batch, 1, int(round(held)), cuda_graphs=True)
     decode = batch / (float(outputs.mean()) * step)

@@ -118,6 +118,19 @@ def kv_budget_bytes(model: Union[str, ModelConfig], gpu, precision: Optional[Pre
     return max(memory_utilisation * g.memory_bytes - stored_weight_bytes(m, precision) - reserve_bytes, 0.0)
 
 
+def kv_capacity_tokens(model: Union[str, ModelConfig], gpu, precision: Optional[Precision] = None) -> int:
+    """KV tokens that fit in the KV budget (`kv_budget_bytes`: vLLM's accounting); ValueError if the weights do not.
+
+    >>> kv_capacity_tokens("llama-3.1-8b", "H100-SXM")      # 58.76 GB / 128 KiB
+    448308
+    """
+    m, g, p = resolve_model(model), resolve_gpu(gpu), precision or Precision()
+    budget = kv_budget_bytes(m, g, p)
+    if budget <= 0:
+        raise ValueError(f"{m.display_name} weights do not fit on {g.display_name}")
+    return int(budget // kv_bytes_per_token(m, p.kv_dtype))
+
+
 # --------------------------------------------------------------------------------------------
 # Figure ch06-kv-size
 # --------------------------------------------------------------------------------------------

@@ -291,7 +291,6 @@ def ttft_levers(params: LatencyParams = LatencyParams(preset="summarise"), cache
     True
     """
     from sim.parallel import tensor_parallel_prefill_s   # parallel imports the forward pass only; kept local for clarity
-    from sim.scheduler import chunked_prefill_s
 
     p = params
     prompt, _ = p.lengths
@@ -304,7 +303,7 @@ def ttft_levers(params: LatencyParams = LatencyParams(preset="summarise"), cache
     fp8 = replace(p.precision, weight_dtype="fp8", act_dtype="fp8")
     return TTFTLevers(
         prompt_tokens=prompt, baseline_s=base, chunk_tokens=chunk_tokens,
-        chunked_s=chunked_prefill_s(p.model, g, prompt, chunk_tokens, p.precision, cal),
+        chunked_s=chunked_prompt_s(p.model, g, prompt, chunk_tokens, p.precision, cal),
         cached_prefix_tokens=cached_prefix_tokens,
         prefix_cached_s=cost.time_s([prompt - cached_prefix_tokens], [cached_prefix_tokens]),
         fp8_s=forward_pass(p.model, g, Batch.prefill(prompt, 1), fp8, cal, cuda_graphs=False).time_s,
@@ -457,3 +456,26 @@ def goodput(params: LoadParams = LoadParams(), rates_per_s=tuple(range(2, 42, 2)
     first_miss = int(np.argmin(ok)) if not ok.all() else rates.size
     return GoodputResult(rates_per_s=rates, attainment=att, target_attainment=params.target_attainment,
                          goodput_per_s=float(rates[first_miss - 1]) if first_miss > 0 else 0.0)
+
+
+def chunked_prompt_s(model, gpu, prompt_tokens: int, chunk_tokens: int, precision: Optional[Precision] = None,
+                      calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> float:
+    """Prefill time of one prompt alone on the GPU, in steps of at most `chunk_tokens` tokens.
+
+    Chunk i attends to the keys and values of the chunks before it (read back from the
+    cache) and only the last chunk computes logits. `cuda_graphs` charges each step one
+    launch instead of one per kernel. A chunk at least as long as the prompt is the whole
+    prefill in one step.
+
+    >>> whole = chunked_prompt_s("llama-3.1-8b", "H100-SXM", 8192, 8192)
+    >>> bool(chunked_prompt_s("llama-3.1-8b", "H100-SXM", 8192, 512) > whole)
+    True
+    """
+    check_int("prompt_tokens", prompt_tokens, minimum=1)
+    check_int("chunk_tokens", chunk_tokens, minimum=1)
+    cost = StepCost(model, gpu, precision or Precision(), calibration, cuda_graphs)
+    total = 0.0
+    for done in range(0, prompt_tokens, chunk_tokens):
+        n = min(chunk_tokens, prompt_tokens - done)
+        total += cost.time_s([n], [done], logits_seqs=1 if done + n >= prompt_tokens else 0)
+    return total

@@ -45,6 +45,7 @@ from sim.models import resolve as resolve_model
 from sim.ops import expected_experts_touched
 
 PCIE_GEN4_X16_BYTES_PER_S = 32e9     # PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes ~ 32 GB/s each way (no-NVLink GPUs)
+PCIE_GEN5_X16_BYTES_PER_S = 32e9 * 16 / 8 * 128 / 130   # PCIe 5.0: 32 GT/s x 16 lanes, 128b/130b, each way
 ALLREDUCE_LATENCY_S = 10e-6          # assumed fixed cost of one small all-reduce (launch + synchronisation)
 INTERNODE_BYTES_PER_S = 50e9         # 400 Gb/s InfiniBand NDR per GPU (NVIDIA ConnectX-7), one way
 INTERNODE_LATENCY_S = 10e-6          # assumed fixed cost of one stage-to-stage send

@@ -55,6 +55,7 @@ from sim.kv_blocks import DEFAULT_BLOCK_SIZE
 from sim.long_context import chunked_prefill_s, full_prefill_s
 from sim.models import get as get_model
 from sim.models import names as model_names
+from sim.parallel import PCIE_GEN5_X16_BYTES_PER_S
 
 CAPACITY_MIN, CAPACITY_MAX = 2 ** 12, 2 ** 24           # the sweep: 4K to 16M tokens of cache
 MAX_TURNS = 64                                           # turns of one conversation at most
@@ -417,7 +418,7 @@ def prefix_cache(params: PrefixCacheParams = PrefixCacheParams(),
 TIERS = (
     ("c2c", "CPU memory over NVLink-C2C (GH200)", 450e9,
      "GH200 datasheet: NVLink-C2C 900 GB/s between Grace and Hopper, both ways together"),
-    ("pcie5", "CPU memory over PCIe Gen5 x16", 32e9 * 16 / 8 * 128 / 130,
+    ("pcie5", "CPU memory over PCIe Gen5 x16", PCIE_GEN5_X16_BYTES_PER_S,
      "PCIe 5.0: 32 GT/s per lane, 16 lanes, 128b/130b encoding"),
     ("rdma", "another server's memory, 400 Gb/s RDMA", 400e9 / 8,
      "one 400 Gb/s InfiniBand NDR or RoCE port"),

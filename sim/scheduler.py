@@ -5,13 +5,11 @@ requests take part and with how many tokens. Step times come from `sim.forward.S
 
 Policies
 --------
-- "static": requests are grouped into a batch of up to `max_batch`; the batch is
-  prefilled together and then decoded until its *longest* request is done. Finished
-  requests keep their slot as padding (the batch shape is fixed, so they still cost a
-  token per step) and arrivals wait for the whole batch to finish. Like a static
-  batching server's queue (a maximum batch size and a maximum queueing delay), an idle
-  GPU starts the next batch once `max_batch` requests wait or the oldest has waited
-  `batch_timeout_s`, whichever comes first.
+- "static": requests are grouped into a batch of up to `max_batch`, prefilled together and
+  decoded until its *longest* request is done; finished requests keep their slot as padding
+  (a fixed batch shape still costs them a token per step) and arrivals wait for the whole
+  batch. Like a static batching server's queue, an idle GPU starts the next batch once
+  `max_batch` requests wait or the oldest has waited `batch_timeout_s`.
 - "continuous" (iteration-level scheduling, introduced by Orca, R7): at every step
   finished requests leave and waiting ones join.
     * without chunked prefill, a step that admits new requests prefills their whole
@@ -28,7 +26,9 @@ running ones only if 1% of the blocks stay free. When a running request needs a
 block and none is free, the most recently admitted request is *preempted*: its blocks
 are freed and it re-enters the front of the queue; when readmitted it recomputes its
 prompt and the tokens it had generated (vLLM's recompute mode, R2). Its emitted tokens
-stay emitted.
+stay emitted. `preemption="swap"` (R6 section 4.5) copies a decoding victim's KV to CPU
+memory (assumed unbounded) and back on readmission, each copy its bytes over
+`swap_bytes_per_s`, added to the step in which it happens (before its kernels, as vLLM's did).
 
 A request that arrives `kv_ready` (at a decode GPU of chapter 19) brings its prompt's KV and
 first token: admitted, it takes its blocks and decodes (preempted, it recomputes as others do).
@@ -55,17 +55,18 @@ import numpy as np
 
 from sim.batch import Precision
 from sim.checks import check_choice, check_int, check_non_negative, check_range, checked_params
-from sim.forward import StepCost, step_cost
-from sim.hardware import resolve as resolve_gpu
+from sim.forward import step_cost
 from sim.kernel_model import Calibration
-from sim.kv import kv_budget_bytes, kv_bytes_per_token
+from sim.kv import kv_bytes_per_token, kv_capacity_tokens
 from sim.kv_blocks import BlockCounts, blocks_for
 from sim.models import resolve as resolve_model
+from sim.parallel import PCIE_GEN5_X16_BYTES_PER_S
 from sim.schedule_metrics import (SLOT_DECODE, SLOT_IDLE, SLOT_KINDS, SLOT_PADDING, SLOT_PREFILL,  # noqa: F401
                                   SLOT_STALLED, ScheduleComparison, ScheduleResult, schedule_result)
 from sim.workload import RequestMixParams, RequestSpec, long_prompt_request, make_request_mix  # noqa: F401
 
 POLICIES = ("static", "continuous")
+PREEMPTIONS = ("recompute", "swap")
 _ARRIVAL, _STEP_END, _WAKE = 0, 1, 2
 ADMISSION_WATERMARK = 0.01   # share of KV blocks kept free when admitting beside running requests (vLLM's default)
 
@@ -92,6 +93,8 @@ class SchedulerParams:
     seed: int = 0                           # seed of the default request mix
     batch_timeout_s: float = 0.1            # static only: longest wait for a full batch before starting one
     max_steps: int = 200_000                # safety stop
+    preemption: str = "recompute"           # "recompute" | "swap": what a preempted request's KV does
+    swap_bytes_per_s: float = PCIE_GEN5_X16_BYTES_PER_S   # GPU <-> CPU copies of swapped KV, each way
 
     def __post_init__(self) -> None:
         check_choice("policy", self.policy, POLICIES, "policies")
@@ -105,6 +108,8 @@ class SchedulerParams:
         check_int("seed", self.seed, minimum=0)
         check_range("batch_timeout_s", self.batch_timeout_s, 0.0, 3600.0)
         check_int("max_steps", self.max_steps, minimum=1)
+        check_choice("preemption", self.preemption, PREEMPTIONS, "preemption modes")
+        check_range("swap_bytes_per_s", self.swap_bytes_per_s, 1e6, 1e13)
         if self.requests is not None:
             if not self.requests:
                 raise ValueError("requests must not be empty")
@@ -128,7 +133,7 @@ class SchedulerParams:
 
 class _Req:
     __slots__ = ("i", "spec", "computed", "target", "generated", "blocks", "slot", "phase", "admitted",
-                 "first", "last", "max_itl", "preempt", "finish")
+                 "first", "last", "max_itl", "preempt", "finish", "swapped")
 
     def __init__(self, i: int, spec: RequestSpec):
         self.i = i
@@ -144,19 +149,7 @@ class _Req:
         self.max_itl = 0.0
         self.preempt = 0
         self.finish = math.nan
-
-
-def default_kv_capacity_tokens(params: SchedulerParams) -> int:
-    """KV tokens that fit in the KV budget (`sim.kv.kv_budget_bytes`: vLLM's accounting).
-
-    >>> default_kv_capacity_tokens(SchedulerParams())      # Llama 3.1 8B on H100: 58.76 GB / 128 KiB
-    448308
-    """
-    m, g = resolve_model(params.model), resolve_gpu(params.gpu)
-    budget = kv_budget_bytes(m, g, params.precision)
-    if budget <= 0:
-        raise ValueError(f"{m.display_name} weights do not fit on {g.display_name}")
-    return int(budget // kv_bytes_per_token(m, params.precision.kv_dtype))
+        self.swapped = False         # its KV waits in CPU memory (preemption="swap")
 
 
 def simulate_schedule(params: SchedulerParams = SchedulerParams(),
@@ -190,7 +183,8 @@ class Scheduler:
     def __init__(self, params: SchedulerParams = SchedulerParams(), calibration: Optional[Calibration] = None):
         p = self.p = params
         self.specs = p.workload()
-        capacity = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else default_kv_capacity_tokens(p)
+        capacity = p.kv_capacity_tokens if p.kv_capacity_tokens is not None else kv_capacity_tokens(
+            p.model, p.gpu, p.precision)
         self.kv = BlockCounts.for_tokens(capacity, p.block_size)
         for s in self.specs:
             need = self.kv.blocks_for(s.prompt_tokens + s.output_tokens)
@@ -206,6 +200,12 @@ class Scheduler:
         top = max(p.max_batch, p.token_budget if p.chunked_prefill and p.policy == "continuous" else 0)
         self.cost.prime(tokens=np.arange(1, top + 1), logits=np.arange(1, p.max_batch + 1))
         self.reqs = [_Req(i, s) for i, s in enumerate(self.specs)]
+        self.kv_token_bytes = kv_bytes_per_token(resolve_model(p.model), p.precision.kv_dtype)
+        self.copy_s = 0.0                       # swap copies waiting to lengthen the next step
+        self.swapped_tokens = 0                 # KV tokens copied out to CPU memory
+        self.horizon = math.inf                 # no run of decode steps goes past it (sim.service.Engine)
+        self.finished: list = []                # requests in the order they finished
+        self.preempted_at: list = []            # the time of each preemption
         self.waiting: deque = deque()
         self.running: list = []                 # admission order
         self.free_slots = list(range(p.max_batch))
@@ -263,6 +263,9 @@ class Scheduler:
         self.waiting.popleft()
         r.slot = heapq.heappop(self.free_slots)
         r.phase = "prefill"
+        if r.swapped:                   # its KV comes back from CPU memory; it goes on decoding
+            r.swapped, r.phase = False, "decode"
+            self.copy_s += r.computed * self.kv_token_bytes / self.p.swap_bytes_per_s
         if math.isnan(r.admitted):
             r.admitted = self.now
             if r.spec.kv_ready:         # its KV and first token came with it
@@ -291,13 +294,19 @@ class Scheduler:
         return True
 
     def preempt(self, victim: _Req) -> None:
-        """Free the victim's blocks and requeue it first; it will recompute its prompt and emitted tokens (R2)."""
-        self.discarded += victim.computed
+        """Free the victim's blocks and requeue it first, to recompute its prompt and tokens (R2) or swap back."""
         self.running.remove(victim)
         self.release(victim)
         victim.preempt += 1
-        victim.computed = 0
-        victim.target = victim.spec.prompt_tokens + victim.generated
+        self.preempted_at.append(self.now)
+        if self.p.preemption == "swap" and victim.phase == "decode":
+            victim.swapped = True
+            self.swapped_tokens += victim.computed
+            self.copy_s += victim.computed * self.kv_token_bytes / self.p.swap_bytes_per_s
+        else:
+            self.discarded += victim.computed
+            victim.computed = 0
+            victim.target = victim.spec.prompt_tokens + victim.generated
         victim.phase = "waiting"
         self.waiting.appendleft(victim)
 
@@ -340,7 +349,7 @@ class Scheduler:
         admitted = []
         while self.waiting and self.free_slots:
             r = self.waiting[0]
-            need = self.kv.blocks_for(r.target)
+            need = self.kv.blocks_for(max(r.target, r.computed))
             if need > self.admissible_blocks():
                 break
             self.admit(r)
@@ -367,6 +376,13 @@ class Scheduler:
                 budget -= c
         while budget > 0 and self.waiting and self.free_slots:
             r = self.waiting[0]
+            if r.swapped:           # takes back its blocks now and decodes from the next step
+                need = self.kv.blocks_for(r.computed)
+                if need > self.admissible_blocks():
+                    break
+                self.admit(r)
+                r.blocks = self.kv.allocate(need)
+                continue
             c = min(r.target - r.computed, budget, self.kv.tokens_in(self.admissible_blocks()))
             if c <= 0:
                 break
@@ -400,7 +416,8 @@ class Scheduler:
         pad = sum(t for _, t, k in plan if k == SLOT_PADDING)
         logits = sum(r.computed + t >= r.target if k == SLOT_PREFILL else 1 for r, t, k in plan)
         dur = self.cost.time_s([t for _, t, _ in plan], [r.computed for r, _, _ in plan], logits_seqs=logits,
-                               cuda_graphs=p.cuda_graphs and pre == 0)
+                               cuda_graphs=p.cuda_graphs and pre == 0) + self.copy_s
+        self.copy_s = 0.0
         self.prefill_total += pre
         self.decode_total += dec
         self.padding_total += pad
@@ -416,14 +433,12 @@ class Scheduler:
         While a batch only decodes, each step is the same batch one token further on. Under
         continuous batching the batch is every running request, nobody may be able to join
         (no one waits, or no slot is free), and the run ends with the step in which a request
-        emits its last token, with the step during which a request arrives, or before a step
-        that would need more KV blocks than are free; a static batch decodes (its finished
-        members as padding) whatever arrives meanwhile, holds its blocks from the start, and
-        its run ends with the step in which a member finishes. Those steps follow from their
-        count: their times (`StepCost.decode_run_s`, to the last bit the one-step numbers),
-        the blocks they take, their timeline rows and the tokens they emit. After the run,
-        what finished completes and what arrived is queued, in that order, as at the end of
-        its last step.
+        emits its last token, with the step during which a request arrives, before a step
+        that would need more KV blocks than are free or ends after `horizon`; a static batch
+        decodes (its finished members as padding) whatever arrives meanwhile, holds its
+        blocks, and its run ends with the step in which a member finishes. The steps follow
+        from their count (`StepCost.decode_run_s`, to the last bit the one-step numbers).
+        After the run, what finished completes and what arrived is queued, in that order.
         """
         p, kv = self.p, self.kv
         bs = kv.block_size
@@ -450,6 +465,7 @@ class Scheduler:
         if continuous:
             if self.events:      # an arrival ends the run with the step during which it comes
                 steps = min(steps, bisect_left(ends, self.events[0][0]) + 1)
+            steps = min(steps, bisect_right(ends, self.horizon))    # and run_until's horizon before it
             # a request takes a block at each step that starts its cache on a new one (from
             # its first such step, every block_size steps); a step that would need more than
             # the free blocks preempts, and ends the run
@@ -556,6 +572,7 @@ class Scheduler:
         r.phase = "done"
         r.finish = self.now
         self.done += 1
+        self.finished.append(r)
         if self.p.policy == "continuous":
             self.running.remove(r)
             self.release(r)
@@ -575,26 +592,3 @@ def compare_schedules(params: SchedulerParams = SchedulerParams(),
     """
     return ScheduleComparison(static=simulate_schedule(replace(params, policy="static"), calibration),
                               continuous=simulate_schedule(replace(params, policy="continuous"), calibration))
-
-
-def chunked_prefill_s(model, gpu, prompt_tokens: int, chunk_tokens: int, precision: Optional[Precision] = None,
-                      calibration: Optional[Calibration] = None, cuda_graphs: bool = False) -> float:
-    """Prefill time of one prompt alone on the GPU, in steps of at most `chunk_tokens` tokens.
-
-    Chunk i attends to the keys and values of the chunks before it (read back from the
-    cache) and only the last chunk computes logits. `cuda_graphs` charges each step one
-    launch instead of one per kernel. A chunk at least as long as the prompt is the whole
-    prefill in one step.
-
-    >>> whole = chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 8192)
-    >>> bool(chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 512) > whole)
-    True
-    """
-    check_int("prompt_tokens", prompt_tokens, minimum=1)
-    check_int("chunk_tokens", chunk_tokens, minimum=1)
-    cost = StepCost(model, gpu, precision or Precision(), calibration, cuda_graphs)
-    total = 0.0
-    for done in range(0, prompt_tokens, chunk_tokens):
-        n = min(chunk_tokens, prompt_tokens - done)
-        total += cost.time_s([n], [done], logits_seqs=1 if done + n >= prompt_tokens else 0)
-    return total

@@ -110,7 +110,7 @@ def test_ttft_levers_each_change_one_thing():
     cost = forward.StepCost("llama-3.1-8b", "H100-SXM", calibration=SPEC, cuda_graphs=False)
     assert t.baseline_s == pytest.approx(cost.time_s([16_000], [0]))
     # chunking makes this prompt's own first token later: every chunk re-reads the earlier chunks' cache
-    assert t.chunked_s == pytest.approx(scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 16_000, 512,
+    assert t.chunked_s == pytest.approx(latency.chunked_prompt_s("llama-3.1-8b", "H100-SXM", 16_000, 512,
                                                                     calibration=SPEC))
     assert t.chunked_s > t.baseline_s
     # a cached prefix: only the last 1,000 tokens are computed, attending to the 15,000 cached ones

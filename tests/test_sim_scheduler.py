@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import forward, hardware, kernel_model, latency, scheduler
+from sim import forward, hardware, kernel_model, kv, latency, scheduler
 from sim.scheduler import SLOT_DECODE, SLOT_IDLE, SLOT_PADDING, SLOT_PREFILL, RequestSpec, SchedulerParams
 
 SPEC = kernel_model.spec_sheet(hardware.get("H100-SXM"))
@@ -224,9 +224,9 @@ def test_preemption_when_the_cache_is_full():
 def test_default_capacity_is_what_fits_in_memory():
     p = SchedulerParams()
     expected = int((0.9 * 81_559 * 2 ** 20 - 16_060_522_496 - 2 * 2 ** 30) // (128 * 1024))   # driver MiB, reserve
-    assert scheduler.default_kv_capacity_tokens(p) == expected
+    assert kv.kv_capacity_tokens(p.model, p.gpu, p.precision) == expected
     with pytest.raises(ValueError, match="do not fit"):
-        scheduler.default_kv_capacity_tokens(SchedulerParams(model="llama-3.1-405b"))
+        kv.kv_capacity_tokens("llama-3.1-405b", "H100-SXM")
 
 
 def test_metrics_of_the_default_runs():
@@ -288,8 +288,8 @@ def test_chunked_prefill_s_matches_the_scheduler():
     one = (RequestSpec("p", 0.0, 8192, 1),)
     for budget in (512, 3000, 8192):
         r = run(requests=one, chunked_prefill=True, token_budget=budget)
-        assert scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, budget,
+        assert latency.chunked_prompt_s("llama-3.1-8b", "H100-SXM", 8192, budget,
                                            calibration=SPEC) == pytest.approx(r.ttft_s[0], rel=1e-12)
     whole = run(requests=one)
-    assert scheduler.chunked_prefill_s("llama-3.1-8b", "H100-SXM", 8192, 10_000,
+    assert latency.chunked_prompt_s("llama-3.1-8b", "H100-SXM", 8192, 10_000,
                                        calibration=SPEC) == pytest.approx(whole.ttft_s[0], rel=1e-12)

@@ -54,7 +54,7 @@ from sim.latency import SLO, LoadParams, simulate_load
 from sim.long_context import full_prefill_s
 from sim.models import get as get_model
 from sim.models import names as model_names
-from sim.parallel import INTERNODE_BYTES_PER_S
+from sim.parallel import INTERNODE_BYTES_PER_S, PCIE_GEN4_X16_BYTES_PER_S
 from sim.scheduler import SchedulerParams, simulate_schedule
 from sim.workload import make_request_mix
 
@@ -67,6 +67,7 @@ LINKS = (
     ("eth25", "25 Gb/s Ethernet", 25e9 / 8, "DistServe's testbed between nodes [R16]"),
 )
 LINK_NAMES = tuple(name for name, *_ in LINKS)
+LINK_RATES = {name: rate for name, _, rate, _ in LINKS}
 TRANSFER_MIN, TRANSFER_MAX = 128, 2 ** 17     # the sweep of prompt lengths for the transfer curves
 
 
@@ -136,8 +137,7 @@ def split_key(split: tuple) -> str:
 
 def link_bytes_per_s(link: str, gpu: str) -> float:
     """One-way bytes/s of a link of LINKS; NVLink is the GPU's own (PCIe 4.0 x16 without one)."""
-    from sim.parallel import PCIE_GEN4_X16_BYTES_PER_S
-    rate = dict((n, r) for n, _, r, _ in LINKS)[link]
+    rate = LINK_RATES[link]
     return rate if rate is not None else (get_gpu(gpu).nvlink_bytes_per_s_per_direction or PCIE_GEN4_X16_BYTES_PER_S)
 
 
@@ -160,6 +160,12 @@ class Capacities:
     decode_batch: int                   # the full batch the decode bound assumes
 
 
+def _lengths(p: DisaggParams) -> tuple:
+    """(prompts, outputs) of the workload's requests, in tokens: the same at every rate."""
+    mix = make_request_mix(p.load(1.0).mix())
+    return np.array([r.prompt_tokens for r in mix]), np.array([r.output_tokens for r in mix])
+
+
 @lru_cache(maxsize=16)
 def capacities(p: DisaggParams) -> Capacities:
     """Capacity bounds from the step costs for the workload's requests (module docstring).
@@ -169,9 +175,7 @@ def capacities(p: DisaggParams) -> Capacities:
     (True, 128)
     """
     m = get_model(p.model)
-    mix = make_request_mix(p.load(1.0).mix())
-    prompts = np.array([r.prompt_tokens for r in mix])
-    outputs = np.array([r.output_tokens for r in mix])
+    prompts, outputs = _lengths(p)
     cost = step_cost(p.model, p.gpu, Precision())
     pre = full_prefill_s(cost, m.num_layers, prompts)
     prefill = 1.0 / float(pre.mean())
@@ -210,13 +214,17 @@ def _pool_runs(p: DisaggParams, kind: str, lo: float, hi: float) -> PoolRuns:
 def _at(runs: PoolRuns, rates: np.ndarray) -> np.ndarray:
     """(len(rates), requests): each request's latency at each rate, interpolated in log rate
     (the lowest run's below the grid); inf at and above the capacity."""
-    out = np.full((rates.size, runs.latency_s.shape[1]), np.inf)
+    lat = runs.latency_s
+    out = np.full((rates.size, lat.shape[1]), np.inf)
     below = rates < runs.capacity_per_s
-    if runs.rates_per_s.size and below.any():
+    if runs.rates_per_s.size == 1 and below.any():
+        out[below] = lat[0]
+    elif runs.rates_per_s.size and below.any():      # np.interp, every request at once
         lr = np.log(runs.rates_per_s)
-        x = np.log(np.clip(rates[below], runs.rates_per_s[0], None))
-        for j in range(out.shape[1]):
-            out[below, j] = np.interp(x, lr, runs.latency_s[:, j])
+        x = np.clip(np.log(rates[below]), lr[0], lr[-1])
+        i = np.clip(np.searchsorted(lr, x, side="right") - 1, 0, lr.size - 2)
+        frac = (x - lr[i]) / (lr[i + 1] - lr[i])
+        out[below] = lat[i] + frac[:, None] * (lat[i + 1] - lat[i])
     return out
 
 
@@ -227,8 +235,8 @@ def _colocated_runs(p: DisaggParams, rates: tuple) -> tuple:
 
 
 def _attained(p: DisaggParams, ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
-    """Share of requests (last axis) meeting both limits; a one-token answer has no TPOT."""
-    return ((ttft <= p.ttft_slo_s) & (np.isnan(tpot) | (tpot <= p.tpot_slo_s))).mean(axis=-1)
+    """Share of requests (last axis) meeting both limits."""
+    return SLO("the figure's", p.ttft_slo_s, p.tpot_slo_s).met(ttft, tpot).mean(axis=-1)
 
 
 def _goodput(rates: np.ndarray, attainment: np.ndarray, target: float) -> float:
@@ -256,7 +264,6 @@ class DisaggResult:
     prompt_sweep: np.ndarray            # (n,) prompt lengths
     prefill_sweep_s: np.ndarray         # (n,) their prefill alone
     transfer_sweep_s: dict              # link -> (n,) their KV's transfer
-    ttft_p50_s: dict                    # "colocated" / best -> median TTFT at the best split's goodput rate
     model: str
     gpu: str
     calibration_note: str
@@ -285,8 +292,7 @@ def disagg(params: DisaggParams = DisaggParams()) -> DisaggResult:
     lo_mult, hi_mult = p.max_gpus / (p.max_gpus - 1), float(p.max_gpus)
     prefill = _pool_runs(key, "prefill", float(rates[0] * lo_mult), float(rates[-1] * hi_mult))
     decode = _pool_runs(key, "decode", float(rates[0] * lo_mult), float(rates[-1] * hi_mult))
-    prompts = np.array([r.prompt_tokens for r in make_request_mix(p.load(1.0).mix())])
-    moved = prompts * per_token / links[p.link]
+    moved = _lengths(key)[0] * per_token / links[p.link]
     for s in splits(p.max_gpus):
         n = s[0] + s[1]
         ttft = _at(prefill, rates * n / s[0]) + moved
@@ -294,11 +300,7 @@ def disagg(params: DisaggParams = DisaggParams()) -> DisaggResult:
         attainment[split_key(s)] = _attained(p, ttft, tpot)
     goodput = {k: _goodput(rates, a, p.target_attainment) for k, a in attainment.items()}
     best = max(splits(p.max_gpus), key=lambda s: (goodput[split_key(s)], -(s[0] + s[1])))
-    i = max(int(np.searchsorted(rates, goodput[split_key(best)], side="right")) - 1, 0)
-    n = best[0] + best[1]
-    ttft_p50 = {"colocated": float(np.median(ttft_col[i])),
-                split_key(best): float(np.median(_at(prefill, rates[i:i + 1] * n / best[0])[0] + moved))}
     return DisaggResult(
         p, rates, attainment, goodput, best, split_key(best), caps, per_token, p.prompt_tokens * per_token, transfer,
-        float(pre[0]), sweep, pre[1:], {name: sweep * per_token / b for name, b in links.items()}, ttft_p50,
+        float(pre[0]), sweep, pre[1:], {name: sweep * per_token / b for name, b in links.items()},
         m.display_name, g.display_name, cost.calibration.note)

@@ -526,7 +526,7 @@ def _result(p: ServiceParams, arrivals: tuple, replicas: list, placed: list, rej
     ttft = first - arrival[k]
     tpot = (finish - first) / np.maximum(out - 1, 1)
     bins = np.minimum((arrival[k] / p.bin_s).astype(int), n_bins - 1)
-    ok = (ttft <= p.ttft_slo_s) & (tpot <= p.tpot_slo_s)
+    ok = SLO("the run's", p.ttft_slo_s, p.tpot_slo_s).met(ttft, tpot)
     every_ttft, every_tpot = np.full(len(arrivals), np.nan), np.full(len(arrivals), np.nan)
     every_ttft[k], every_tpot[k] = ttft, tpot
     admitted = np.ones(len(arrivals), dtype=bool)

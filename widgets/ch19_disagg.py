@@ -83,8 +83,8 @@ def build() -> FigureView:
     for k, label, *_ in dg.LINKS:
         items.append(LegendItem(label=label, renderers=[c.line("tokens", k, source=moves, line_width=2,
                                                                color=COLOURS[k])]))
-    c.add_layout(Legend(items=items, location="top_left", label_text_font_size="10px", padding=2, margin=4,
-                        spacing=0))
+    c.add_layout(Legend(items=items, orientation="horizontal", label_text_font_size="10px", padding=2, margin=4,
+                        spacing=4), "above")
     here = Span(location=d.prompt_tokens, dimension="height", line_color="#888", line_width=1)
     c.add_layout(here)
     label_ticks(c.xaxis, {n: tokens_label(n) for n in (128, 1024, 8192, 65536)})

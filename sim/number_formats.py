@@ -84,6 +84,16 @@ def round_to_format(x, fmt: str, saturate: bool = True) -> np.ndarray:
     f = FLOAT_FORMATS.get(fmt)
     if f is None:
         raise ValueError(f"unknown float format {fmt!r}; valid formats: {', '.join(FLOAT_FORMATS)}")
+    return round_to_float(x, f, saturate)
+
+
+def round_to_float(x, f: FloatFormat, saturate: bool = True) -> np.ndarray:
+    """`round_to_format` for any `FloatFormat` (also IEEE binary32 and binary16, bfloat16 and the fp6 formats
+    of `sim.format_bits`).
+
+    >>> round_to_float([65520.0, 1e-8], FloatFormat("fp16", 5, 10, 15, 65504.0, "inf", ""), saturate=False).tolist()
+    [inf, 0.0]
+    """
     v = np.asarray(x, dtype=np.float64)
     a = np.abs(v)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -126,30 +126,32 @@ class ServiceParams:
     bin_s: float = 10.0                 # the time series' resolution
     seed: int = 0
 
-    LIMITS = {"duration_s": (600.0, "s"), "rate_per_s": (100.0, "requests/s"), "b_rate_per_s": (100.0, "requests/s"),
-              "prompt_tokens": (2 ** 17, "tokens"), "output_tokens": (2 ** 14, "tokens"),
-              "b_prompt_tokens": (2 ** 17, "tokens"), "b_output_tokens": (2 ** 14, "tokens"),
-              "max_replicas": (64, "replicas"), "gpu_price_per_hour": (1000.0, "dollars")}
+    # bounds that keep a run (thousands of requests through one scheduler per replica) within seconds
+    LIMITS = {"duration_s": (300.0, "s"), "rate_per_s": (30.0, "requests/s"), "b_rate_per_s": (10.0, "requests/s"),
+              "prompt_tokens": (2 ** 15, "tokens"), "output_tokens": (2 ** 12, "tokens"),
+              "b_prompt_tokens": (2 ** 16, "tokens"), "b_output_tokens": (2 ** 13, "tokens"),
+              "token_budget": (2 ** 14, "tokens"), "max_replicas": (64, "replicas"),
+              "gpu_price_per_hour": (1000.0, "dollars")}
 
     def __post_init__(self) -> None:
         check_choice("model", self.model, model_names())
         get_gpu(self.gpu)
-        check_range("duration_s", self.duration_s, 10.0, 600.0)
+        check_range("duration_s", self.duration_s, 10.0, 300.0)
         check_choice("arrivals", self.arrivals, ARRIVALS)
-        check_range("rate_per_s", self.rate_per_s, 0.01, 100.0)
+        check_range("rate_per_s", self.rate_per_s, 0.01, 30.0)
         check_range("peak_to_mean", self.peak_to_mean, 1.0, 10.0)
         for name in ("prompt_tokens", "b_prompt_tokens"):
             check_int(name, getattr(self, name), minimum=2)
         for name in ("output_tokens", "b_output_tokens"):
             check_int(name, getattr(self, name), minimum=2)
-        check_range("b_rate_per_s", self.b_rate_per_s, 0.0, 100.0)
-        check_range("b_from_s", self.b_from_s, 0.0, 600.0)
-        check_range("b_to_s", self.b_to_s, self.b_from_s, 600.0)
+        check_range("b_rate_per_s", self.b_rate_per_s, 0.0, 10.0)
+        check_range("b_from_s", self.b_from_s, 0.0, 300.0)
+        check_range("b_to_s", self.b_to_s, self.b_from_s, 300.0)
         if self.tenant_tokens_per_s is not None:
             check_range("tenant_tokens_per_s", self.tenant_tokens_per_s, 1.0, 1e9)
         check_range("bucket_s", self.bucket_s, 0.1, 3600.0)
         check_int("max_batch", self.max_batch, minimum=1, maximum=1024)
-        check_int("token_budget", self.token_budget, minimum=64)
+        check_int("token_budget", self.token_budget, minimum=64, maximum=2 ** 14)
         check_choice("preemption", self.preemption, PREEMPTIONS, "preemption modes")
         check_choice("signal", self.signal, SIGNALS)
         check_range("concurrency_target", self.concurrency_target, 1.0, 100_000.0)

@@ -203,7 +203,7 @@ class Scheduler:
         self.kv_token_bytes = kv_bytes_per_token(resolve_model(p.model), p.precision.kv_dtype)
         self.copy_s = 0.0                       # swap copies waiting to lengthen the next step
         self.swapped_tokens = 0                 # KV tokens copied out to CPU memory
-        self.horizon = math.inf                 # no run of decode steps goes past it (sim.service.Engine)
+        self.horizon = math.inf                 # no run of decode steps goes past it (run_until)
         self.finished: list = []                # requests in the order they finished
         self.preempted_at: list = []            # the time of each preemption
         self.waiting: deque = deque()
@@ -237,21 +237,27 @@ class Scheduler:
         self.seq += 1
 
     def run(self) -> ScheduleResult:
-        """Process events in (time, sequence) order; start a step once the GPU is idle and the present is settled."""
-        while self.events:
+        """Every event, then the result; every request must have finished."""
+        self.run_until(math.inf)
+        if self.done != len(self.reqs):
+            raise RuntimeError(f"{len(self.reqs) - self.done} requests never finished")
+        return self.result()
+
+    def run_until(self, t: float) -> None:
+        """Process events up to time t in order; a step starts when the GPU is idle and the present settled."""
+        self.horizon = t
+        while self.events and self.events[0][0] <= t:
             if len(self.st_start) > self.p.max_steps:
                 raise RuntimeError(f"scheduler exceeded max_steps={self.p.max_steps}")
-            t, _, kind, idx = heapq.heappop(self.events)
-            self.now = t
+            when, _, kind, idx = heapq.heappop(self.events)
+            self.now = when
             if kind == _ARRIVAL:
                 self.arrive(self.reqs[idx])
             elif kind == _STEP_END:
                 self.finish_step()
             if not self.gpu_busy and (not self.events or self.events[0][0] > self.now):
                 self.start_step()
-        if self.done != len(self.reqs):
-            raise RuntimeError(f"{len(self.reqs) - self.done} requests never finished")
-        return self.result()
+        self.horizon = math.inf
 
     # -- admission -----------------------------------------------------------------------------
     def arrive(self, r: _Req) -> None:

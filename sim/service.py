@@ -70,7 +70,7 @@ from sim.latency import SLO, LoadParams, simulate_load
 from sim.models import get as get_model
 from sim.models import names as model_names
 from sim.prefix_cache import TIERS
-from sim.scheduler import _ARRIVAL, _STEP_END, PREEMPTIONS, Scheduler, SchedulerParams, _Req
+from sim.scheduler import _ARRIVAL, PREEMPTIONS, Scheduler, SchedulerParams, _Req
 from sim.traffic import ARRIVALS, TENANT_B, peak_rate, rate_at, workload  # noqa: F401
 from sim.workload import RequestSpec
 
@@ -242,10 +242,10 @@ def capacity_plan(p: ServiceParams) -> CapacityPlan:
 class Engine(Scheduler):
     """Chapter 04's scheduler driven request by request: the engine of one replica.
 
-    `submit` hands it a request as it arrives and `run_until(t)` advances it to time t. A
-    run of decode steps stops at t (`Scheduler.horizon`), so no step starts from knowledge
-    of a later arrival, and the requests get the timeline `Scheduler.run` gives them all at
-    once (tests/test_sim_service.py).
+    `submit` hands it a request as it arrives and `Scheduler.run_until(t)` advances it to time
+    t. A run of decode steps stops at t, so no step starts from knowledge of a later arrival,
+    and the requests get the timeline `Scheduler.run` gives them all at once
+    (tests/test_sim_service.py).
     """
 
     def __init__(self, params: SchedulerParams, start_s: float = 0.0):
@@ -263,22 +263,6 @@ class Engine(Scheduler):
         self.reqs.append(r)
         self._push(max(spec.arrival_s, self.now), _ARRIVAL, r.i)
         return r
-
-    def run_until(self, t: float) -> None:
-        """Handle every event up to time t; a step in flight at t ends later, as it would."""
-        self.horizon = t
-        while self.events and self.events[0][0] <= t:
-            if len(self.st_start) > self.p.max_steps:
-                raise RuntimeError(f"scheduler exceeded max_steps={self.p.max_steps}")
-            when, _, kind, idx = heapq.heappop(self.events)
-            self.now = when
-            if kind == _ARRIVAL:
-                self.arrive(self.reqs[idx])
-            elif kind == _STEP_END:
-                self.finish_step()
-            if not self.gpu_busy and (not self.events or self.events[0][0] > self.now):
-                self.start_step()
-        self.horizon = math.inf
 
 
 class _Replica:

@@ -194,6 +194,44 @@ def test_on_a_phone_figures_reflow_and_the_keyboard_moves_them(page, server, cha
     check_keyboard_moves(page, chapter["figures"][0])
 
 
+# The middle of the first plot wider than 200 px of the page's first figure, in viewport pixels.
+PLOT_MIDDLE_JS = """() => {
+  const found = [];
+  const walk = (root) => { for (const e of root.querySelectorAll('*')) { if (e.shadowRoot) walk(e.shadowRoot);
+    if (e.tagName === 'CANVAS' && e.getBoundingClientRect().width > 200) found.push(e); } };
+  walk(document.querySelector('figure.fig'));
+  const b = found[0].getBoundingClientRect();
+  return {x: b.x + b.width / 2, y: b.y + b.height / 2};
+}"""
+
+
+def test_on_a_phone_a_finger_drawn_over_a_plot_scrolls_the_page(page, server):
+    """A plot takes no drag of its own until the reader picks a tool in its toolbar, so on a
+    touch screen a swipe that starts on a plot scrolls the page (as it would over text)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    try:
+        chapter = next(c for c in CHAPTERS if c["figures"])
+        page.goto(server + chapter["file"])
+        wait_states(page, chapter["figures"][:1], states=("live",), timeout_s=120)
+        at = page.evaluate(PLOT_MIDDLE_JS)
+        page.evaluate(f"window.scrollBy(0, {at['y']} - 422)")
+        page.wait_for_timeout(300)
+        at, before = page.evaluate(PLOT_MIDDLE_JS), page.evaluate("window.scrollY")
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": [at]})
+        for i in range(1, 11):
+            cdp.send("Input.dispatchTouchEvent", {"type": "touchMove",
+                                                  "touchPoints": [{"x": at["x"], "y": at["y"] - 20 * i}]})
+            page.wait_for_timeout(16)
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        page.wait_for_timeout(500)
+        assert page.evaluate("window.scrollY") >= before + 100, chapter["file"]
+    finally:
+        cdp.send("Emulation.setTouchEmulationEnabled", {"enabled": False})
+        cdp.detach()
+
+
 # A figure's touch targets smaller than 24 x 24 px (WCAG 2.2, 2.5.8): a slider's handle,
 # a checkbox, a menu, a button (its plots' toolbars aside).
 TOUCH_JS = """(id) => {

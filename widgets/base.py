@@ -206,6 +206,7 @@ def plot(title: str, x_label: str, y_label: str, *, width: int = PLOT_WIDTH,
                      tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above",
                      **kw)
     p.toolbar.logo = None
+    p.toolbar.active_drag = None            # a finger drawn over a plot scrolls the page; pan is a tap away
     p.title.text_font_size = "13px"
     p.axis.axis_label_text_font_size = "12px"
     p.axis.axis_label_text_font_style = "normal"

@@ -330,6 +330,7 @@ class ServiceResult:
     cost: float                         # dollars
     cost_per_m_tokens: float            # dollars per million output tokens
     static_replicas: int                # replicas to meet the P99 limits at the peak rate, all the time
+                                        # (0: one replica misses them even at half its capacity bound)
     static_cost_per_m_tokens: float     # dollars per million output tokens with those, for the same run time
     ideal_share: float                  # GPU time of replicas that follow tenant A's rate with no delay,
                                         # ceil(rate(t) / P99 capacity) at every moment, over the static plan's
@@ -364,7 +365,7 @@ def service(params: ServiceParams = ServiceParams()) -> ServiceResult:
     """Run the deployment through its traffic (module docstring); a new price reprices the same run."""
     r = _simulate(replace(params, gpu_price_per_hour=0.0))
     price = params.gpu_price_per_hour
-    static_hours = r.static_replicas * r.end_s / 3600.0
+    static_hours = r.static_replicas * r.end_s / 3600.0 if r.static_replicas else math.nan   # 0: no count meets P99
     return replace(r, params=params, cost=r.gpu_hours * price,
                    cost_per_m_tokens=r.gpu_hours * price / r.output_tokens * 1e6 if r.output_tokens else math.inf,
                    static_cost_per_m_tokens=static_hours * price / r.output_tokens * 1e6 if r.output_tokens else math.inf)
@@ -530,7 +531,7 @@ def _result(p: ServiceParams, arrivals: tuple, replicas: list, placed: list, rej
     plan = capacity_plan(_plan_key(p))
     static = plan.replicas_for(peak_rate(p) + p.b_rate_per_s)     # tenant B's requests counted as A's
     grid = np.linspace(0.0, p.duration_s, 2001)[:-1] + p.duration_s / 4000
-    follow = np.ceil((rate_at(p, grid) + p.b_rate_per_s) / plan.rate_p99_per_s) if plan.rate_p99_per_s > 0 else grid
+    follow = np.ceil((rate_at(p, grid) + p.b_rate_per_s) / max(plan.rate_p99_per_s, 1e-300))
     kv_peak = max((max(rep.sched.st_kv, default=0) / rep.sched.kv.capacity_tokens for rep in replicas), default=0.0)
     placed_tenant = tenant[k]
     return ServiceResult(

@@ -144,9 +144,11 @@ def build() -> FigureView:
             ("a new replica serves after", f"{r.load_s:,.1f} s"),
             ("GPU-hours, cost", f"{r.gpu_hours:,.3f}, ${r.cost:,.2f}"),
             ("per million output tokens", f"${r.cost_per_m_tokens:,.2f}"),
-            (f"{r.static_replicas} replicas all along", f"${r.static_cost_per_m_tokens:,.2f} per million"),
+            (f"{r.static_replicas} replicas all along", f"${r.static_cost_per_m_tokens:,.2f} per million")
+            if r.static_replicas else ("replicas all along", "no number of them meets the P99 limits"),
             ("one replica holds the P99 / P50 limits to",
-             f"{plan.rate_p99_per_s:,.1f} / {plan.rate_p50_per_s:,.1f} req/s (+{plan.headroom:.0%})"),
+             f"{plan.rate_p99_per_s:,.1f} / {plan.rate_p50_per_s:,.1f} req/s (+{plan.headroom:.0%})"
+             if plan.rate_p99_per_s else "misses the P99 limits at every rate simulated"),
         ])
         weights_src = next(src for n, _, _, src in sv.WEIGHT_SOURCES if n == p.weights_from)
         note.object = provenance(

@@ -29,8 +29,8 @@ from sim.checks import check_range, checked_params
 from sim.number_formats import FLOAT_FORMATS, FloatFormat, round_to_float
 from sim.quant import QuantScheme, quantize
 
-# (the explorer's formats beyond chapter 10's, each with its source)
-WIDE_FLOATS = {
+# the explorer's formats beyond chapter 10's, each with its source
+MORE_FLOATS = {
     "fp32": FloatFormat("fp32", 8, 23, 127, float(np.finfo(np.float32).max), "inf", "IEEE 754 binary32"),
     "bf16": FloatFormat("bf16", 8, 7, 127, float.fromhex("0x1.fep127"), "inf", "bfloat16: binary32's exponent, 7 "
                         "mantissa bits"),
@@ -38,9 +38,9 @@ WIDE_FLOATS = {
     "fp6_e2m3": FloatFormat("fp6_e2m3", 2, 3, 1, 7.5, "max", "OCP MX specification: FP6 E2M3, max 7.5"),
     "fp6_e3m2": FloatFormat("fp6_e3m2", 3, 2, 3, 28.0, "max", "OCP MX specification: FP6 E3M2, max 28"),
 }
-FLOATS = {**{k: WIDE_FLOATS[k] for k in ("fp32", "bf16", "fp16")}, "fp8_e4m3": FLOAT_FORMATS["fp8_e4m3"],
-          "fp8_e5m2": FLOAT_FORMATS["fp8_e5m2"], "fp6_e2m3": WIDE_FLOATS["fp6_e2m3"],
-          "fp6_e3m2": WIDE_FLOATS["fp6_e3m2"], "fp4_e2m1": FLOAT_FORMATS["fp4_e2m1"]}
+FLOATS = {**{k: MORE_FLOATS[k] for k in ("fp32", "bf16", "fp16")}, "fp8_e4m3": FLOAT_FORMATS["fp8_e4m3"],
+          "fp8_e5m2": FLOAT_FORMATS["fp8_e5m2"], "fp6_e2m3": MORE_FLOATS["fp6_e2m3"],
+          "fp6_e3m2": MORE_FLOATS["fp6_e3m2"], "fp4_e2m1": FLOAT_FORMATS["fp4_e2m1"]}
 INTS = {"int8": 8, "int4": 4}
 NAMES = tuple(FLOATS) + tuple(INTS)
 

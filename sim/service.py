@@ -64,9 +64,10 @@ from typing import Optional
 import numpy as np
 
 from sim.checks import check_choice, check_int, check_range, checked_params
+from sim.disagg import DisaggParams, capacities
 from sim.forward import stored_weight_bytes
 from sim.hardware import get as get_gpu
-from sim.latency import SLO, LoadParams, simulate_load
+from sim.latency import SLO, simulate_load
 from sim.models import get as get_model
 from sim.models import names as model_names
 from sim.prefix_cache import TIERS
@@ -83,6 +84,7 @@ CAPACITY_POINTS = 6                 # rates of the capacity plan, log-spaced
 WEIGHT_SOURCES = tuple(t for t in TIERS if t[0] in ("pcie5", "nvme", "net100")) + (
     ("net10", "object storage over 10 Gb/s Ethernet", 10e9 / 8, "one 10 Gb/s port"),)
 WEIGHT_SOURCE_NAMES = tuple(t[0] for t in WEIGHT_SOURCES)
+WEIGHT_RATES = {name: rate for name, _, rate, _ in WEIGHT_SOURCES}
 
 
 @checked_params
@@ -184,8 +186,7 @@ class ServiceParams:
 
 def load_s(p: ServiceParams) -> float:
     """Seconds from asking for a replica to its first request: weights over the link, plus the engine's start."""
-    rate = next(r for n, _, r, _ in WEIGHT_SOURCES if n == p.weights_from)
-    return stored_weight_bytes(p.model) / rate + p.engine_start_s
+    return stored_weight_bytes(p.model) / WEIGHT_RATES[p.weights_from] + p.engine_start_s
 
 
 @dataclass(frozen=True)
@@ -215,25 +216,25 @@ def _crossing(rates: np.ndarray, worst: np.ndarray) -> float:
     return float(np.exp(x0 + (x1 - x0) * (0.0 - y0) / (y1 - y0)))
 
 
-@lru_cache(maxsize=8)
 def capacity_plan(p: ServiceParams) -> CapacityPlan:
-    """Chapter 05's loaded server at CAPACITY_POINTS rates from 0.5 to 1.25 x the step costs' bound (`sim.disagg`)."""
-    from sim.disagg import DisaggParams, capacities
-    bound = capacities(DisaggParams(model=p.model, gpu=p.gpu, prompt_tokens=p.prompt_tokens,
-                                    output_tokens=max(4, p.output_tokens), max_batch=p.max_batch,
-                                    token_budget=p.token_budget)).colocated
+    """Chapter 05's loaded server at CAPACITY_POINTS rates from 0.5 to 1.25 x the step costs' bound, the
+    workload as chapter 19 builds it from its middle lengths (`sim.disagg.DisaggParams.load`)."""
+    return _capacity_plan(DisaggParams(
+        model=p.model, gpu=p.gpu, prompt_tokens=p.prompt_tokens, output_tokens=max(4, p.output_tokens),
+        ttft_slo_s=p.ttft_slo_s, tpot_slo_s=p.tpot_slo_s, requests=CAPACITY_REQUESTS, max_batch=p.max_batch,
+        token_budget=p.token_budget, seed=p.seed))
+
+
+@lru_cache(maxsize=8)
+def _capacity_plan(d: DisaggParams) -> CapacityPlan:
+    bound = capacities(replace(d, requests=DisaggParams.requests)).colocated   # chapter 19's bound, its own mix
     rates = np.geomspace(bound * 0.5, bound * 1.25, CAPACITY_POINTS)
     worst = {50: [], 99: []}
     for rate in rates:
-        run = simulate_load(LoadParams(
-            model=p.model, gpu=p.gpu, rate_per_s=float(rate), requests=CAPACITY_REQUESTS,
-            prompt_tokens_min=max(1, p.prompt_tokens // 2), prompt_tokens_max=p.prompt_tokens * 2,
-            output_tokens_min=max(1, p.output_tokens // 2), output_tokens_max=p.output_tokens * 2,
-            max_batch=p.max_batch, token_budget=p.token_budget, slo=SLO("the figure's", p.ttft_slo_s, p.tpot_slo_s),
-            seed=p.seed))
+        run = simulate_load(d.load(float(rate)))
         for q in worst:
-            worst[q].append(max(np.percentile(run.ttft_s, q) / p.ttft_slo_s,
-                                np.nanpercentile(run.tpot_s, q) / p.tpot_slo_s))
+            worst[q].append(max(np.percentile(run.ttft_s, q) / d.ttft_slo_s,
+                                np.nanpercentile(run.tpot_s, q) / d.tpot_slo_s))
     w50, w99 = np.array(worst[50]), np.array(worst[99])
     r50, r99 = _crossing(rates, w50), _crossing(rates, w99)
     return CapacityPlan(rates, w50, w99, r50, r99, r50 / r99 - 1.0 if r99 > 0 else math.inf)
@@ -476,15 +477,15 @@ def _simulate(p: ServiceParams) -> ServiceResult:
             continue
         a = arrivals[k]                     # an arrival
         ten = a.tenant
+        need = a.spec.prompt_tokens + p.max_tokens(ten)       # what it reserves
         if p.tenant_tokens_per_s is not None:
             level[ten] = min(bucket_cap[ten], level[ten] + (t - refilled[ten]) * p.tenant_tokens_per_s)
             refilled[ten] = t
-            need = a.spec.prompt_tokens + p.max_tokens(ten)
             if level[ten] < need:
                 rejected_at.append(k)
                 continue
             level[ten] -= need
-        reserved[ten] += a.spec.prompt_tokens + p.max_tokens(ten)
+        reserved[ten] += need
         if not route(k, t):
             gateway.append(k)
     if gateway:                             # nothing will ever serve them: the run has no replica left
@@ -528,7 +529,7 @@ def _result(p: ServiceParams, arrivals: tuple, replicas: list, placed: list, rej
     billed = np.array([sum(rep.asked_s <= t < rep.leave_s for rep in replicas) for t in times])
     gpu_s = sum(min(rep.leave_s, end) - rep.asked_s for rep in replicas)
     tokens = int(out.sum())
-    plan = capacity_plan(_plan_key(p))
+    plan = capacity_plan(p)
     static = plan.replicas_for(peak_rate(p) + p.b_rate_per_s)     # tenant B's requests counted as A's
     grid = np.linspace(0.0, p.duration_s, 2001)[:-1] + p.duration_s / 4000
     follow = np.ceil((rate_at(p, grid) + p.b_rate_per_s) / max(plan.rate_p99_per_s, 1e-300))
@@ -558,11 +559,3 @@ def _result(p: ServiceParams, arrivals: tuple, replicas: list, placed: list, rej
         ideal_share=float(follow.mean() / static) if static else math.nan, kv_peak_share=float(kv_peak),
         load_s=startup, weight_bytes=stored_weight_bytes(p.model), plan=plan, peak_rate_per_s=peak_rate(p),
         calibration_note=cost_note)
-
-
-def _plan_key(p: ServiceParams) -> ServiceParams:
-    """The fields the capacity plan depends on; the rest at their defaults, so one plan serves many runs."""
-    d = ServiceParams()
-    return replace(d, model=p.model, gpu=p.gpu, prompt_tokens=p.prompt_tokens, output_tokens=p.output_tokens,
-                   max_batch=p.max_batch, token_budget=p.token_budget, ttft_slo_s=p.ttft_slo_s,
-                   tpot_slo_s=p.tpot_slo_s, seed=p.seed)

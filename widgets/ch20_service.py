@@ -150,7 +150,7 @@ def build() -> FigureView:
              f"{plan.rate_p99_per_s:,.1f} / {plan.rate_p50_per_s:,.1f} req/s (+{plan.headroom:.0%})"
              if plan.rate_p99_per_s else "misses the P99 limits at every rate simulated"),
         ])
-        weights_src = next(src for n, _, _, src in sv.WEIGHT_SOURCES if n == p.weights_from)
+        weights_src = {n: src for n, _, _, src in sv.WEIGHT_SOURCES}[p.weights_from]
         note.object = provenance(
             f"{r.model} in bf16, one {r.gpu} per replica, {p.max_batch} slots, chunked prefill of "
             f"{p.token_budget:,} tokens a step; the scheduler of chapter 04 in every replica. Workload (an "

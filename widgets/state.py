@@ -41,6 +41,8 @@ def accepts(widget) -> str:
         return "one of " + ", ".join(repr(o) for o in _options(widget))
     if isinstance(widget, (pn.widgets.Toggle, pn.widgets.Checkbox)):
         return "True or False"
+    if isinstance(widget, pn.widgets.FloatInput):
+        return f"a number from {widget.start!r} to {widget.end!r}"
     if hasattr(widget, "start") and hasattr(widget, "end"):
         kind = "an integer" if isinstance(widget, (pn.widgets.IntSlider, pn.widgets.Player)) else "a number"
         step = getattr(widget, "step", None)
@@ -64,6 +66,12 @@ def checked(figure_id: str, key: str, widget, value: Any) -> Any:
         if not isinstance(value, bool):
             raise bad()
         return value
+    if isinstance(widget, pn.widgets.FloatInput):      # typed: any number in range, no grid
+        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+            raise bad()
+        if not widget.start <= value <= widget.end:
+            raise bad(" (out of range)")
+        return float(value)
     if hasattr(widget, "start") and hasattr(widget, "end"):
         integer = isinstance(widget, (pn.widgets.IntSlider, pn.widgets.Player))
         if isinstance(value, bool) or not isinstance(value, Integral if integer else Real):
@@ -87,6 +95,8 @@ def other_value(widget) -> Any:
         return widget.end if widget.value != widget.end else widget.start
     if isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle, pn.widgets.Switch)):
         return not widget.value
+    if isinstance(widget, pn.widgets.FloatInput):
+        return 1000.0 if widget.value != 1000.0 else 0.5
     if isinstance(widget, pn.widgets.DiscreteSlider):
         opts = list(widget.values)
         return opts[(opts.index(widget.value) + len(opts) // 2) % len(opts)]

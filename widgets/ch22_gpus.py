@@ -60,7 +60,8 @@ def build() -> FigureView:
                                 ("prefill", "Prefill of the prompt", "milliseconds"),
                                 ("batch", "Largest batch whose KV fits", "sequences at the context")):
         p = bars(title, x_label)
-        p.hbar(y="gpu", right=key, height=0.7, source=src, fill_color="colour", line_color=None)
+        p.hbar(y="gpu", right=key, height=0.7, source=src, line_color=None,     # a batch is no timing: never grey
+               fill_color=BLUE if key == "batch" else "colour")
         p.text(x=key, y="gpu", text=f"{key}_label", source=src, x_offset=3, text_baseline="middle",
                text_font_size="10px")
         plots.append(p)
@@ -89,14 +90,14 @@ def build() -> FigureView:
             p.x_range.end = 1.35 * max(max(values), 1.0)       # room for the labels
         tf = lambda w, f: f"{w.dense_flops[f] / 1e12:,.0f}" if f in w.dense_flops else "-"   # noqa: E731
         body = "".join(
-            f"<tr><th>{w.display_name}</th><td>{tf(w, 'bf16')}</td><td>{tf(w, 'fp8')}</td><td>{tf(w, 'fp4')}</td>"
+            f"<tr><th>{SHORT[w.name]}</th><td>{tf(w, 'bf16')}</td><td>{tf(w, 'fp8')}</td><td>{tf(w, 'fp4')}</td>"
             f"<td>{w.memory_mib:,}</td><td>{w.bandwidth_bytes_per_s / 1e12:.2f}</td><td>{w.ridge_bf16:,.0f}</td>"
-            f"<td>{w.math_dtype}: {w.ridge:,.0f}</td>"
+            f"<td>{w.math_dtype} {w.ridge:,.0f}</td>"
             f"<td>{'none' if w.nvlink_bytes_per_s is None else f'{w.nvlink_bytes_per_s / 1e9:,.0f}'}</td></tr>"
             for w in rows)
-        table.object = ('<table class="fig-numbers"><tr><th>GPU</th><th>bf16 TFLOP/s</th><th>fp8</th><th>fp4</th>'
-                        "<th>memory (MiB)</th><th>TB/s</th><th>ridge, bf16 (FLOP/byte)</th>"
-                        "<th>ridge, this format's math</th><th>NVLink (GB/s)</th></tr>"
+        table.object = ('<table class="fig-numbers" style="font-size: 0.9em"><tr><th>dense TFLOP/s</th><th>bf16</th><th>fp8</th><th>fp4</th>'
+                        "<th>MiB</th><th>TB/s</th><th>ridge, bf16 (FLOP/ byte)</th>"
+                        "<th>ridge, this math</th><th>NVLink GB/s</th></tr>"
                         f"{body}</table>")
         calibrated = [SHORT[w.name] for w in rows if w.calibration_source in CALIBRATED]
         fallback = [w for w in rows if w.fits and w.calibration_source not in CALIBRATED]

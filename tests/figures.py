@@ -101,6 +101,26 @@ def cpython_state(figure_id: str, changes: list[tuple[str, Any]] = ()) -> dict:
     return collect(root, figure_id)
 
 
+class CPythonFigure:
+    """One figure built in CPython, moved one control at a time: each move's patch (the Bokeh
+    properties it sets on its control, as `control_patch`) and what the figure then shows (as
+    `cpython_state` of all the moves so far), without building the figure again per move."""
+
+    def __init__(self, figure_id: str) -> None:
+        import widgets
+
+        self.figure_id, self.view = figure_id, widgets.build(figure_id)
+        self.root = self.view.layout.get_root(Document())
+
+    def move(self, key: str, value: Any) -> tuple[dict, dict]:
+        model = control_model(self.root, key)
+        before = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}
+        apply_change(self.view, key, value)
+        after = {k: _plain(v) for k, v in model.properties_with_values(include_defaults=True).items()}
+        patch = {k: v for k, v in after.items() if before.get(k) != v and k not in ("tags",)}
+        return patch, collect(self.root, self.figure_id)
+
+
 def control_patch(figure_id: str, key: str, value: Any, start: Any = None) -> dict:
     """The Bokeh property values a reader's change of control `key` to `value` sets, from
     `start` (from the control's default when None)."""

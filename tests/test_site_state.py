@@ -13,7 +13,8 @@ import pytest
 import widgets
 from builder.prerender import url_controls, url_token
 from tests.browser import attach, wait_states
-from tests.figures import COLLECT_JS, SET_JS, alternate_value, apply_change, close, control_patch, cpython_state
+from tests.figures import (COLLECT_JS, SET_JS, CPythonFigure, alternate_value, apply_change, close, collect,
+                           cpython_state)
 from tests.test_site_browser import CHAPTERS, FIGURES, PAGES, wait_equal
 
 pytestmark = pytest.mark.browser
@@ -105,14 +106,15 @@ def test_figure_state_round_trips_through_embed_code(chromium, server, figure_id
     embedded figure (no page chrome, sized by the code) goes live at the same state."""
     changes = changes_of(figure_id)
     page, log = open_page(chromium, server, f"figure-{figure_id}.html")
+    here = CPythonFigure(figure_id)
+    expected = collect(here.root, figure_id)
     try:
         assert wait_states(page, [figure_id], timeout_s=180) == {figure_id: "live"}
         before = page.evaluate(COLLECT_JS, [figure_id, "live"])
-        for i, (key, value, _) in enumerate(changes):   # one at a time, as a reader would
-            patch = control_patch(figure_id, key, value)
+        for key, value, _ in changes:                   # one at a time, as a reader would
+            patch, expected = here.move(key, value)
             assert patch, f"{figure_id}.{key}: changing it to {value!r} sets no Bokeh property"
             page.evaluate(SET_JS, [figure_id, key, patch])
-            expected = cpython_state(figure_id, [(k, v) for k, v, _ in changes[:i + 1]])
             shown = wait_equal(page, figure_id, expected)
             assert close(shown, before), f"{figure_id}.{key}: moving it changed nothing"
             before = shown

@@ -30,7 +30,7 @@ from sim import hardware, models
 from sim.checks import check_choice, check_int, checked_params
 from sim.forward import decode_step, prefill_pass, stored_weight_bytes
 from sim.kv import kv_budget_bytes, sequences_that_fit
-from sim.quant import KV_DTYPES, QuantScheme, deployment_precision
+from sim.quant import KV_DTYPES, QuantScheme, bits_per_weight, deployment_precision
 
 SCHEMES = {"bf16": None, "fp8": QuantScheme("fp8_e4m3", "tensor", scale_bits=32), "nvfp4": QuantScheme("nvfp4")}
 SPARSE_FACTOR = 2.0          # 2:4 structured sparsity doubles the tensor-core rate (R22; every GPU here)
@@ -114,6 +114,6 @@ def _row(p: GpuCompareParams, name: str) -> GpuRow:
 def gpu_compare(params: GpuCompareParams = GpuCompareParams()) -> GpuCompareResult:
     """Every catalogue GPU's numbers, and `params.model` in `params.weights` on each."""
     m = models.get(params.model)
-    _, _, bpw = deployment_precision(SCHEMES[params.weights], hardware.get("H100-SXM"), "weights+activations",
-                                     params.kv_dtype, m.hidden_size)
+    scheme = SCHEMES[params.weights]
+    bpw = 16.0 if scheme is None else bits_per_weight(scheme, None, m.hidden_size)    # as deployment_precision stores them
     return GpuCompareResult(params, m.display_name, bpw, tuple(_row(params, n) for n in hardware.names()))

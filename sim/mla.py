@@ -31,8 +31,10 @@ import numpy as np
 from sim import hardware, models
 from sim.checks import check_choice, check_int, checked_params
 from sim.dtypes import bytes_per_elem
-from sim.kv import ACTIVATION_RESERVE_BYTES, GQA_KV_HEADS, VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token
-from sim.moe import DSV3, GPUS, MOE_MODELS
+from sim.kv import (ACTIVATION_RESERVE_BYTES, GQA_KV_HEADS, VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token,
+                    kv_cache_bytes)
+from sim.moe import QWEN3, DSV3, GPUS, MOE_MODELS
+from sim.roofline import ridge_point
 
 LAYERS, HEADS = DSV3["layers"], DSV3["heads"]
 K_DIM, V_DIM = DSV3["nope"] + DSV3["rope"], DSV3["v_dim"]
@@ -112,11 +114,11 @@ def mla_attention(params: MlaParams = MlaParams()) -> MlaResult:
         variants.append(Variant(key, label, per_token, step_flops, step_flops / per_token, tokens, tokens // c,
                                 max(mem_s, math_s), "memory" if mem_s >= math_s else "compute"))
     model_kv = {models.get(k).display_name: kv_bytes_per_token(k, params.kv_dtype) for k in MODELS}
-    model_kv["Qwen3-235B-A22B"] = 94.0 * 4 * 2 * 128 * b       # 94 layers, 4 KV heads of 128 (config.json)
+    model_kv["Qwen3-235B-A22B"] = float(kv_cache_bytes(QWEN3["layers"], QWEN3["kv_heads"], QWEN3["head_dim"], 1, 1, b))
     model_kv["DeepSeek-V3 (MLA)"] = float(LAYERS * LATENT * b)
     return MlaResult(
         variants=variants, model_kv=model_kv, contexts=contexts, step_s=curves,
-        ridge=peak / bw, weight_bytes=weights, kv_budget_bytes=budget,
+        ridge=ridge_point(g, "bf16"), weight_bytes=weights, kv_budget_bytes=budget,
         note=(f"DeepSeek-V3's attention shapes ({dsv3.source}); KV cache in {params.kv_dtype}; weights in fp8 "
               f"on {params.gpus} x {g.display_name}, vLLM's accounting per GPU (90% of memory, a 2 GiB reserve), "
               f"the cache spread evenly over the GPUs (data-parallel attention). Step times: roofline bounds at "

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
-
 import numpy as np
 
 from sim import hardware, models
@@ -31,6 +29,7 @@ from sim.checks import check_choice, check_int, check_range, checked_params
 from sim.dtypes import bytes_per_elem
 from sim.ops import expected_experts_touched
 from sim.parallel import INTERNODE_BYTES_PER_S
+from sim.roofline import ridge_point
 
 
 @dataclass(frozen=True)
@@ -99,14 +98,16 @@ def _from_catalogue(key: str, stated: str) -> MoeModel:
 
 DSV3 = dict(hidden=7168, heads=128, q_rank=1536, kv_rank=512, nope=128, rope=64, v_dim=128, layers=61,
             dense_layers=3, vocab=129280)
-_QWEN3 = dict(hidden=4096, heads=64, kv_heads=4, head_dim=128, layers=94, vocab=151936)
+QWEN3 = dict(hidden=4096, heads=64, kv_heads=4, head_dim=128, layers=94, vocab=151936)
 
 MOE_MODELS: dict[str, MoeModel] = {
     "mixtral-8x7b": _from_catalogue("mixtral-8x7b", "46.7B total, 12.9B active"),
     "qwen3-235b-a22b": MoeModel(
-        "qwen3-235b-a22b", "Qwen3-235B-A22B", _QWEN3["layers"], _QWEN3["layers"], _QWEN3["hidden"], 128, 8, 0,
-        _gated_mlp(_QWEN3["hidden"], 1536), _gqa(4096, 64, 4, 128), 0, _QWEN3["vocab"] * _QWEN3["hidden"],
-        _QWEN3["vocab"] * _QWEN3["hidden"] + _QWEN3["layers"] * (4096 * 128 + 2 * 4096 + 2 * 128) + 4096,
+        "qwen3-235b-a22b", "Qwen3-235B-A22B", QWEN3["layers"], QWEN3["layers"], QWEN3["hidden"], 128, 8, 0,
+        _gated_mlp(QWEN3["hidden"], 1536),
+        _gqa(*(QWEN3[k] for k in ("hidden", "heads", "kv_heads", "head_dim"))), 0, QWEN3["vocab"] * QWEN3["hidden"],
+        QWEN3["vocab"] * QWEN3["hidden"] + QWEN3["hidden"]
+        + QWEN3["layers"] * (QWEN3["hidden"] * 128 + 2 * QWEN3["hidden"] + 2 * QWEN3["head_dim"]),
         "235B total, 22B active",
         "Qwen Team, Qwen3 Technical Report (arXiv 2505.09388, Table 2); config.json of Qwen/Qwen3-235B-A22B"),
     "deepseek-v3": MoeModel(
@@ -224,8 +225,7 @@ def _smallest_batch(intensity, ridge: float) -> float:
 def moe_decode(params: MoeParams = MoeParams()) -> MoeResult:
     """Weight bytes, intensity, memory per GPU, all-to-all and skew of one MoE decode step."""
     m, g = MOE_MODELS[params.model], hardware.get(params.gpu)
-    fmt = WEIGHT_FORMATS[params.weights]
-    b = bytes_per_elem(fmt)
+    b = bytes_per_elem(WEIGHT_FORMATS[params.weights])
     p = routing_probabilities(m.routed_experts, m.experts_per_token, params.skew)
     k = m.experts_per_token
     batches = np.unique(np.round(np.geomspace(BATCH_MIN, BATCH_MAX, 121)))
@@ -234,7 +234,7 @@ def moe_decode(params: MoeParams = MoeParams()) -> MoeResult:
     expert_bytes = m.expert_params * b
     moe_bytes = always + m.moe_layers * touched * expert_bytes
     dense = (m.active_params - m.embedding_params) * b
-    ridge = g.peak_flops("fp8" if params.weights == "fp8" else "bf16") / g.hbm_bandwidth_bytes_per_s
+    ridge = ridge_point(g, params.weights)          # fp8 weights and activations on fp8 tensor cores
 
     def moe_intensity(t):          # 2 FLOP per weight per token routed to it, over the experts' bytes read
         return 2.0 * t * k / (experts_touched(p, t) * b)
@@ -244,7 +244,7 @@ def moe_decode(params: MoeParams = MoeParams()) -> MoeResult:
 
     n = params.ep_gpus
     load = np.array([p[gpu::n].sum() for gpu in range(n)]) / (k / n)     # expert e on GPU e mod n
-    stored = (m.total_params) * b
+    stored = m.total_params * b
     dispatch = k * m.hidden_size * b * (n - 1) / n          # a token's k copies, those bound for other GPUs
     combine = k * m.hidden_size * COMBINE_BYTES * (n - 1) / n
     per_gpu_tokens = params.batch / n

@@ -23,6 +23,13 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
+// An error's own message and stack, written at once: Node's report of an uncaught error
+// echoes the line of minified source it came from (hundreds of kB), and through a pipe it
+// can exit before the Python traceback after that line is written.
+const fail = (e) => { fs.writeSync(2, `snapshot failed: ${(e && e.stack) || e}\n`); process.exit(1); };
+process.on("uncaughtException", fail);
+process.on("unhandledRejection", fail);
+
 const [pyodideDir, outDir, pkg, panelCdnRoot] = process.argv.slice(2);
 if (!pkg) {
   console.error("usage: node builder/snapshot.mjs PYODIDE_DIR OUT_DIR PACKAGE PANEL_CDN_ROOT");

@@ -174,6 +174,18 @@ def test_a_failing_snapshot_script_is_a_clear_build_error(tmp_path, monkeypatch)
     assert not list((tmp_path / "cache" / "snapshot").glob(".making-*")), "a partial snapshot was left in the cache"
 
 
+def test_a_snapshot_error_on_a_minified_line_keeps_its_message(tmp_path, monkeypatch):
+    """An error thrown from a long minified line (as Pyodide's are) still reaches the build
+    whole: Node's own report echoes that line first and could exit before the message."""
+    pyo = tmp_path / "site" / common.PYO
+    pyo.mkdir(parents=True)
+    (pyo / "pyodide.mjs").write_text('const pad = "' + "x" * 400_000 + '"; throw new Error("Traceback: a figure failed to build");\n')
+    monkeypatch.setattr(common, "CACHE", tmp_path / "cache")
+    with pytest.raises(BuildError) as e:
+        snapshot.make_snapshot(tmp_path / "site", "0" * 64)
+    assert "Traceback: a figure failed to build" in str(e.value)
+
+
 def test_the_compressed_copies_decode_to_what_was_compressed(tmp_path):
     """compress_all writes a gzip and a brotli copy of each part (at once, on threads), each
     decoding to its part, the same bytes each time."""

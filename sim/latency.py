@@ -415,7 +415,7 @@ def simulate_load(params: LoadParams = LoadParams(), calibration: Optional[Calib
     te, tc = _log_hist(run.ttft_s, p.bins, 1e-2, 100.0)
     pe, pc = _log_hist(run.tpot_s, p.bins, 1e-3, 1.0)
     durs = run.step_end_s - run.step_start_s
-    in_step = (run.slot_kind == 1).sum(axis=1) + (run.slot_kind == 2).sum(axis=1)
+    in_step = run.step_busy_slots
     return LoadResult(
         rate_per_s=p.rate_per_s, arrival_s=run.arrival_s, ttft_s=run.ttft_s, tpot_s=run.tpot_s, meets_slo=ok,
         ttft_misses=int((run.ttft_s > p.slo.ttft_s).sum()), tpot_misses=int((run.tpot_s > p.slo.tpot_s).sum()),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -41,8 +42,10 @@ class ScheduleResult:
     step_prefill_tokens: np.ndarray  # (steps,)
     step_decode_tokens: np.ndarray  # (steps,) includes static padding tokens
     step_kv_tokens: np.ndarray      # (steps,) KV blocks in use x block_size, after allocation
-    slot_request: np.ndarray        # (steps, max_batch) index into requests, -1 if the slot is empty
-    slot_kind: np.ndarray           # (steps, max_batch) code into SLOT_KINDS
+    # the slot timeline, one row per step or per run of equal decode steps (see slot_request, slot_kind)
+    row_request: np.ndarray         # (rows, max_batch) index into requests, -1 if the slot is empty
+    row_kind: np.ndarray            # (rows, max_batch) code into SLOT_KINDS
+    row_steps: np.ndarray           # (rows,) steps each row stands for
     slot_kind_names: tuple          # SLOT_KINDS
     kv_capacity_tokens: int
     prefill_tokens: int             # prompt (and recomputed) tokens processed
@@ -63,6 +66,23 @@ class ScheduleResult:
     def steps(self) -> int:
         return len(self.step_start_s)
 
+    # a run's slot timeline is (steps x max_batch), most of it runs of equal decode steps: it is
+    # kept as rows and spread out step by step only when asked for (the timeline figure asks)
+    @cached_property
+    def slot_request(self) -> np.ndarray:
+        """(steps, max_batch) index into requests, -1 if the slot is empty."""
+        return np.repeat(self.row_request, self.row_steps, axis=0)
+
+    @cached_property
+    def slot_kind(self) -> np.ndarray:
+        """(steps, max_batch) code into SLOT_KINDS."""
+        return np.repeat(self.row_kind, self.row_steps, axis=0)
+
+    @cached_property
+    def step_busy_slots(self) -> np.ndarray:
+        """(steps,) slots that prefill or decode in each step."""
+        return np.repeat(_busy(self.row_kind), self.row_steps)
+
 
 @dataclass(frozen=True)
 class ScheduleComparison:
@@ -70,6 +90,11 @@ class ScheduleComparison:
 
     static: ScheduleResult
     continuous: ScheduleResult
+
+
+def _busy(kinds: np.ndarray) -> np.ndarray:
+    """Slots that prefill or decode, per row of slot kinds."""
+    return ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
 
 
 def schedule_result(run) -> ScheduleResult:
@@ -84,8 +109,9 @@ def schedule_result(run) -> ScheduleResult:
     starts, ends = np.array(run.st_start), np.array(run.st_end)
     durs = ends - starts
     rows = len(run.rows_steps)
-    kinds = np.repeat(np.array(run.rows_kind, dtype=np.int8).reshape(rows, p.max_batch), run.rows_steps, axis=0)
-    busy_slots = ((kinds == SLOT_PREFILL) | (kinds == SLOT_DECODE)).sum(axis=1)
+    row_steps = np.array(run.rows_steps, dtype=np.intp)   # np.repeat takes intp counts (32 bits in the browser)
+    row_kind = np.array(run.rows_kind, dtype=np.int8).reshape(rows, p.max_batch)
+    busy_slots = np.repeat(_busy(row_kind), row_steps)
     busy = float(durs.sum())
     makespan = float(finish.max() - arrival.min())
     max_itl = np.array([r.max_itl for r in reqs])
@@ -99,9 +125,8 @@ def schedule_result(run) -> ScheduleResult:
         step_start_s=starts, step_end_s=ends, step_prefill_tokens=np.array(run.st_pre, dtype=np.int64),
         step_decode_tokens=np.array(run.st_dec, dtype=np.int64),
         step_kv_tokens=np.array(run.st_kv, dtype=np.int64),
-        slot_request=np.repeat(np.array(run.rows_req, dtype=np.int32).reshape(rows, p.max_batch), run.rows_steps,
-                               axis=0),
-        slot_kind=kinds, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=run.kv.capacity_tokens,
+        row_request=np.array(run.rows_req, dtype=np.int32).reshape(rows, p.max_batch), row_kind=row_kind,
+        row_steps=row_steps, slot_kind_names=SLOT_KINDS, kv_capacity_tokens=run.kv.capacity_tokens,
         prefill_tokens=run.prefill_total,
         recomputed_tokens=run.prefill_total - int(sum(s.prompt_tokens for s in run.specs if not s.kv_ready)),
         discarded_tokens=run.discarded, decode_tokens=run.decode_total, prefill_emissions=run.prefill_emits,

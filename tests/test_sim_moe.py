@@ -129,3 +129,19 @@ def test_an_fp8_cache_halves_bytes_and_a_deployment_too_small_holds_none():
     assert small.kv_budget_bytes == 0 and all(x.tokens_that_fit == 0 for x in small.variants)
     with pytest.raises(ValueError, match="KV dtypes"):
         MlaParams(kv_dtype="int4")
+
+
+def test_choosing_mixtral_spreads_its_experts_over_the_gpus_it_can():
+    """ch21-moe: Mixtral's 8 routed experts cannot go over the default 64 GPUs; choosing it sets
+    the EP menu to 8 and the figure computes (no refusal), while EP over more stays a clear refusal."""
+    import widgets
+
+    view = widgets.build("ch21-moe")
+    model, ep, numbers = view.controls["model"], view.controls["ep"], view.readouts["numbers"]
+    assert ep.value == 64
+    model.value = "mixtral-8x7b"
+    assert ep.value == 8 and "fig-warning" not in numbers.object and "46.7 B stored" in numbers.object
+    ep.value = 16
+    assert "Not computed" in numbers.object and "8 routed experts" in numbers.object
+    model.value = "deepseek-v3"
+    assert ep.value == 16 and "fig-warning" not in numbers.object

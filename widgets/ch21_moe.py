@@ -122,6 +122,13 @@ def build() -> FigureView:
             f"each link's line rate per direction with no overlap: lower bounds. Ridge: the datasheet's dense "
             f"{'fp8' if weights.value == 'fp8' else 'bf16'} tensor rate over its memory bandwidth.")
 
+    def fit_ep(_event) -> None:
+        """A model with too few routed experts for the EP chosen: the most GPUs it can spread them over."""
+        experts = moe.MOE_MODELS[model.value].routed_experts
+        if ep.value > experts or experts % ep.value:
+            ep.value = max((n for n in moe.EP_GPUS if n <= experts and experts % n == 0), default=ep.value)
+
+    model.param.watch(fit_ep, "value")      # before update's watcher: the update then sees both changes
     watch([model, gpu, weights, skew, ep, batch], update)
     update()
     layout = pn.Column(

@@ -112,10 +112,24 @@ def kv_budget_bytes(model: Union[str, ModelConfig], gpu, precision: Optional[Pre
     >>> round(kv_budget_bytes("llama-3.1-8b", "H100-SXM") / 1e9, 2)     # 0.9 x 85.52 - 16.06 - 2.15 GB
     58.76
     """
+    m = resolve_model(model)
+    return deployment_kv_budget_bytes(gpu, stored_weight_bytes(m, precision), 1, memory_utilisation, reserve_bytes)
+
+
+def deployment_kv_budget_bytes(gpu, weight_bytes: float, gpus: int = 1,
+                               memory_utilisation: float = VLLM_GPU_MEMORY_UTILIZATION,
+                               reserve_bytes: float = ACTIVATION_RESERVE_BYTES) -> float:
+    """`kv_budget_bytes`'s accounting for `weight_bytes` of weights spread over `gpus` GPUs, each
+    giving utilisation x its memory less the reserve (a model outside the catalogue too) (>= 0).
+
+    >>> deployment_kv_budget_bytes("H100-SXM", 16.06e9) == deployment_kv_budget_bytes("H100-SXM", 32.12e9, 2) / 2
+    True
+    """
     check_range("memory_utilisation", memory_utilisation, 0.0, 1.0)
     check_non_negative("reserve_bytes", reserve_bytes)
-    m, g = resolve_model(model), resolve_gpu(gpu)
-    return max(memory_utilisation * g.memory_bytes - stored_weight_bytes(m, precision) - reserve_bytes, 0.0)
+    check_int("gpus", gpus, minimum=1)
+    g = resolve_gpu(gpu)
+    return max(gpus * (memory_utilisation * g.memory_bytes - reserve_bytes) - weight_bytes, 0.0)
 
 
 def kv_capacity_tokens(model: Union[str, ModelConfig], gpu, precision: Optional[Precision] = None) -> int:

@@ -29,6 +29,7 @@ from sim.checks import check_int, check_non_negative, check_positive, check_rang
 from sim.forward import StepCost, attention_share_of_prefill, forward_pass, step_cost
 from sim.hardware import resolve as resolve_gpu
 from sim.kernel_model import Calibration
+from sim.long_context import chunked_prefill_s
 from sim.models import resolve as resolve_model
 
 READING_WORDS_PER_MIN = 238.0   # adult silent reading of English non-fiction, words a minute (READING)
@@ -479,8 +480,5 @@ def chunked_prompt_s(model, gpu, prompt_tokens: int, chunk_tokens: int, precisio
     check_int("prompt_tokens", prompt_tokens, minimum=1)
     check_int("chunk_tokens", chunk_tokens, minimum=1)
     cost = StepCost(model, gpu, precision or Precision(), calibration, cuda_graphs)
-    total = 0.0
-    for done in range(0, prompt_tokens, chunk_tokens):
-        n = min(chunk_tokens, prompt_tokens - done)
-        total += cost.time_s([n], [done], logits_seqs=1 if done + n >= prompt_tokens else 0)
-    return total
+    return float(chunked_prefill_s(cost, [(cost.model.num_layers, None)], [prompt_tokens], chunk_tokens=chunk_tokens,
+                                   cuda_graphs=cuda_graphs)[0][0])

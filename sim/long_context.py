@@ -178,11 +178,14 @@ def _prefill_s(cost: StepCost, groups: list, num_layers: int, prompts: np.ndarra
     return chunked_prefill_s(cost, groups, prompts)
 
 
-def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0) -> tuple[np.ndarray, np.ndarray]:
+def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0,
+                      chunk_tokens: int = PREFILL_CHUNK_TOKENS, cuda_graphs: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(prefill seconds, attention seconds) of `new_tokens` prompt tokens of one sequence
     that come after `cached_tokens` already in its cache (arrays of requests, element by
-    element), run in chunks of PREFILL_CHUNK_TOKENS tokens, the output head on the last
-    token only; `groups` as `layer_groups` gives them ([(layers, None)]: full attention).
+    element), run alone in chunks of `chunk_tokens` tokens, each chunk attending to the
+    cache before it, the output head on the last token only; `groups` as `layer_groups`
+    gives them ([(layers, None)]: full attention). `cuda_graphs` charges each step one
+    launch instead of one per kernel.
 
     >>> c = step_cost("llama-3.1-8b", "H100-SXM", Precision())
     >>> t, _ = chunked_prefill_s(c, [(32, None)], [512, 512], [0, 4096])
@@ -190,7 +193,7 @@ def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0)
     (True, True)
     """
     num_layers = sum(layers for layers, _ in groups)
-    chunk = PREFILL_CHUNK_TOKENS
+    chunk = chunk_tokens
     prompts = np.asarray(new_tokens, dtype=np.int64).reshape(-1)
     cached = np.broadcast_to(np.asarray(cached_tokens, dtype=np.int64), prompts.shape)
     full_chunks = (prompts - 1) // chunk           # chunks before the last one (each `chunk` tokens)
@@ -210,7 +213,7 @@ def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0)
     steps = np.zeros(owner.size)
     for logits, on in ((0, ~is_last), (1, is_last)):     # the output head runs on the last chunk only
         if on.any():                                       # (each layer's attention: the mean layer's)
-            steps[on] = cost.step_with_attention_s(size[on], logits, attn[on] / num_layers, cuda_graphs=False)
+            steps[on] = cost.step_with_attention_s(size[on], logits, attn[on] / num_layers, cuda_graphs=cuda_graphs)
     total = np.bincount(owner, weights=steps, minlength=prompts.size)
     return total, attention
 

@@ -31,8 +31,7 @@ import numpy as np
 from sim import hardware, models
 from sim.checks import check_choice, check_int, checked_params
 from sim.dtypes import bytes_per_elem
-from sim.kv import (ACTIVATION_RESERVE_BYTES, GQA_KV_HEADS, VLLM_GPU_MEMORY_UTILIZATION, kv_bytes_per_token,
-                    kv_cache_bytes)
+from sim.kv import GQA_KV_HEADS, deployment_kv_budget_bytes, kv_bytes_per_token, kv_cache_bytes
 from sim.moe import QWEN3, DSV3, GPUS, MOE_MODELS
 from sim.roofline import ridge_point
 
@@ -101,8 +100,7 @@ def mla_attention(params: MlaParams = MlaParams()) -> MlaResult:
     bw, peak = g.hbm_bandwidth_bytes_per_s, g.peak_flops("bf16")
     dsv3 = MOE_MODELS["deepseek-v3"]
     weights = float(dsv3.total_params)                      # fp8: a byte per weight (block scales left out)
-    budget = max(params.gpus * (VLLM_GPU_MEMORY_UTILIZATION * g.memory_bytes - ACTIVATION_RESERVE_BYTES) - weights,
-                 0.0)
+    budget = deployment_kv_budget_bytes(g, weights, params.gpus)
     contexts = np.unique(np.round(np.geomspace(CONTEXT_MIN, 2 ** 20, 61)))
     variants, curves = [], {}
     for key, label, elems, flops in VARIANTS:

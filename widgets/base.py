@@ -21,6 +21,7 @@ static preview need:
 """
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,7 +41,10 @@ STAND_IN = "legend-stand-in"   # tag of a renderer drawn only as a legend swatch
 REFLOW_ROW = ":host { flex-wrap: wrap; max-width: 100%; min-width: 0 !important; row-gap: 8px; }"
 REFLOW_BOX = ":host { max-width: 100%; min-width: min(100%, 280px) !important; }"
 REFLOW_TEXT = (":host { max-width: calc(100% - 20px); min-width: 0 !important; } "     # readouts' margins: 10 px a side
-               ":host > div { max-width: 100%; min-width: 0 !important; }")
+               ":host > div { max-width: 100%; min-width: 0 !important; } "
+               # a folded table (details_table), read where guide.css does not reach
+               "summary { cursor: pointer; } table.fig-cells th, table.fig-cells td { text-align: left; "
+               "vertical-align: top; padding: 2px 10px 2px 0; }")
 
 # controls a finger can hit (WCAG 2.2 2.5.8: targets of 24 x 24 px at least) on a touch
 # screen or a phone-width window: a slider's handle, a checkbox, a player's buttons
@@ -250,6 +254,17 @@ def rows_table(rows: list[tuple[str, str]]) -> str:
     """A two-column table of (label, value) rows, for readouts."""
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<table class="fig-numbers">{body}</table>'
+
+
+def details_table(summary: str, header: tuple, rows: list) -> str:
+    """A table folded under one line (an HTML <details>): what a plot tells only on hover, for
+    a keyboard, a screen reader or a touch screen. Cells are text (escaped); no rows, no table."""
+    if not rows:
+        return ""
+    head = "".join(f'<th scope="col">{html.escape(h)}</th>' for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<details class="fig-details"><summary>{html.escape(summary)}</summary>'
+            f'<table class="fig-cells"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></details>')
 
 
 def provenance(note: str) -> str:

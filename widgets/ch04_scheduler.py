@@ -26,7 +26,7 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, Legen
 
 from sim import models
 from sim.scheduler import SLOT_KINDS, RequestMixParams, SchedulerParams, compare_schedules
-from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, gpu_select,
+from widgets.base import (BLUE, CONTROL_WIDTH, GREY, ORANGE, PURPLE, VERMILION, FigureView, details_table, gpu_select,
                           inset_legend, legend_glyph, model_select, plot, provenance, readout, watch)
 
 FIGURE_ID = "ch04-scheduler"
@@ -130,7 +130,7 @@ def build() -> FigureView:
     inset_legend(p_ttft, [("static", r_static), ("continuous", r_cont)], "top_left")
     p_ttft.xaxis.major_label_text_font_size = "10px"
 
-    numbers, note = readout(width=CONTROL_WIDTH), readout(width=860)
+    numbers, requests_note, note = readout(width=CONTROL_WIDTH), readout(width=860), readout(width=860)
 
     def update() -> None:
         c = compare_schedules(SchedulerParams(model=model.value, gpu=gpu.value, max_batch=slots.value,
@@ -168,6 +168,14 @@ def build() -> FigureView:
             ("output tokens/s", f"{s.throughput_tokens_per_s:,.0f}", f"{k.throughput_tokens_per_s:,.0f}"),
             ("padding tokens", f"{s.padding_tokens:,}", f"{k.padding_tokens:,}"),
         ])
+        at = lambda v: f"{v * 1e3:,.1f}"    # noqa: E731 (formatting only)
+        requests_note.object = details_table(
+            "Each request's times under both policies (ms since the first arrival)",
+            ("request", "prompt, output tokens", "arrives", "static: admitted", "first token", "done",
+             "continuous: admitted", "first token", "done"),
+            [(name, f"{k.prompt_tokens[i]:,}, {k.output_tokens[i]:,}", at(k.arrival_s[i]),
+              at(s.admitted_s[i]), at(s.first_token_s[i]), at(s.finish_s[i]),
+              at(k.admitted_s[i]), at(k.first_token_s[i]), at(k.finish_s[i])) for i, name in enumerate(k.requests)])
         note.object = provenance(
             f"{models.get(model.value).display_name}, bf16, on one GPU; KV cache room {k.kv_capacity_tokens:,} tokens. "
             f"Workload: {len(k.requests)} requests (seed {mix.seed}), Poisson arrivals every "
@@ -183,11 +191,11 @@ def build() -> FigureView:
                          width=CONTROL_WIDTH + 20),
                pn.Column(pn.pane.Bokeh(timelines["static"]), pn.pane.Bokeh(timelines["continuous"]),
                          pn.pane.Bokeh(p_ttft))),
-        note)
+        requests_note, note)
     return FigureView(FIGURE_ID, layout,
                       controls={"gpu": gpu, "model": model, "slots": slots, "timeout": timeout,
                                 "long_prompt": long_prompt,
                                 "chunked": chunked, "budget": budget},
                       sources={**sources, "arrivals": arrivals, "ttft": ttft},
-                      readouts={"numbers": numbers, "note": note},
+                      readouts={"numbers": numbers, "requests_note": requests_note, "note": note},
                       plots=[timelines["static"], timelines["continuous"], p_ttft])

@@ -1,7 +1,8 @@
 """ch13-engines: which inference engine does what, and which ones fit a deployment's needs.
 
 A grid of engines by features, each cell coloured by what the engine's documentation states
-(yes, partly, no, not confirmed), with the detail and its source on hover; the last column
+(yes, partly, no, not confirmed), with the detail and its source on hover and in a folded
+table under the grid (for a keyboard, a screen reader or a touch screen); the last column
 says whether the engine meets every need chosen on the left, and the list under the grid
 gives the reason for each engine.
 
@@ -15,8 +16,8 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 
 from sim.engines import (AS_OF, ENGINES, FEATURES, HARDWARE, MULTI_GPU_NEEDS, QUANT_NEEDS, EngineNeedsParams,
                          choose_engines)
-from widgets.base import (CONTROL_WIDTH, GREEN, GREY, VERMILION, YELLOW, FigureView, inset_legend, legend_glyph, plot,
-                          label_ticks, provenance, readout, watch)
+from widgets.base import (CONTROL_WIDTH, GREEN, GREY, VERMILION, YELLOW, FigureView, details_table, inset_legend,
+                          label_ticks, legend_glyph, plot, provenance, readout, watch)
 
 FIGURE_ID = "ch13-engines"
 TITLE = "Inference engines feature by feature, and the ones that fit your needs"
@@ -54,7 +55,7 @@ def build() -> FigureView:
     inset_legend(p, [(label, legend_glyph(p, "rect", fill_color=STATUS_COLOURS[s], line_color=None))
                      for s, label in (("yes", "yes"), ("partial", "partly"), ("no", "no"),
                                       ("not confirmed", "not confirmed"))], location="bottom_left")
-    choice, note = readout(width=760), readout(width=1000)
+    choice, cells_note, note = readout(width=760), readout(width=1000), readout(width=1000)
 
     def update() -> None:
         r = choose_engines(EngineNeedsParams(hardware=hardware.value, quantization=quant.value,
@@ -81,15 +82,21 @@ def build() -> FigureView:
                          if not ok)
         choice.object = (f"<p>Needs: {', '.join(r.needs)}.</p><p>Fit:</p><ul>{items or '<li>none</li>'}</ul>"
                          f"<p>Do not fit:</p><ul>{others or '<li>none</li>'}</ul>")
-        note.object = provenance(f"{r.note} Hover over a cell for the statement and its source key. Documentation "
-                                 f"read on {AS_OF}.")
+        cells_note.object = details_table(
+            "Every cell: what the documentation states, and where",
+            ("engine", "feature", "status", "statement", "source, read on"),
+            [(name, feature, STATUS_TEXT[s], r.detail[i][j], f"{r.source[i][j]}, {r.as_of[i][j]}")
+             for i, name in enumerate(r.engines) for j, (feature, s) in enumerate(zip(r.features, r.status[i]))])
+        note.object = provenance(f"{r.note} Hover over a cell, or open the table above, for the statement and its "
+                                 f"source key. Documentation read on {AS_OF}.")
 
     watch([hardware, quant, multi, prefix, spec, old], update)
     update()
     layout = pn.Column(
         pn.Row(pn.Column(hardware, quant, multi, prefix, spec, old, width=CONTROL_WIDTH + 20), pn.pane.Bokeh(p)),
-        choice, note)
+        choice, cells_note, note)
     return FigureView(FIGURE_ID, layout,
                       controls={"hardware": hardware, "quant": quant, "multi": multi, "prefix": prefix,
                                 "spec": spec, "old": old},
-                      sources={"cells": cells}, readouts={"choice": choice, "note": note}, plots=[p])
+                      sources={"cells": cells}, readouts={"choice": choice, "cells_note": cells_note, "note": note},
+                      plots=[p])

@@ -11,12 +11,14 @@ all-reduce fit where the device has one.
 """
 from __future__ import annotations
 
+import math
+
 import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool, Span
 
 from sim.model_check import OP_NAMES, OPS, ModelCheckParams, check_model, device_choices
-from widgets.base import (CONTROL_WIDTH, GREY, ORANGE, FigureView, inset_legend, plot, provenance, readout,
-                          watch)
+from widgets.base import (CONTROL_WIDTH, GREY, ORANGE, FigureView, details_table, inset_legend, plot, provenance,
+                          readout, watch)
 
 FIGURE_ID = "ch14-model-vs-measured"
 TITLE = "Measured kernel times against the calibrated model and the plain roofline"
@@ -55,7 +57,7 @@ def build() -> FigureView:
                                                             ("model / measured", "@model{0.00}"),
                                                             ("roofline / measured", "@roofline{0.00}")]))
     inset_legend(p, [("calibrated model", model), ("plain roofline", roof)], location="top_right")
-    numbers, note = readout(width=CONTROL_WIDTH + 200), readout(width=860)
+    numbers, points_note, note = readout(width=CONTROL_WIDTH + 200), readout(width=860), readout(width=860)
 
     def update() -> None:
         r = check_model(ModelCheckParams(device=device.value, op=op.value))
@@ -69,10 +71,16 @@ def build() -> FigureView:
                 f"{r.allreduce_bus_bytes_per_s / 1e9:.0f} GB/s bus bandwidth; leave one GPU count out: "
                 f"median {_pct(r.allreduce_median)}, max {_pct(r.allreduce_max)}.</p>")
         numbers.object = shown + _errors_table(r) + comm
+        worst = sorted(range(r.n_points), key=lambda i: -abs(math.log(r.model_ratio[i])))
+        points_note.object = details_table(
+            "Every kernel shown, the model's largest error first",
+            ("kernel", "measured (µs)", "model / measured", "roofline / measured", "prediction"),
+            [(r.labels[i], f"{r.measured_s[i] * 1e6:,.1f}", f"{r.model_ratio[i]:.2f}", f"{r.roofline_ratio[i]:.2f}",
+              "out of sample" if r.heldout[i] else "in sample") for i in worst])
         note.object = provenance(r.note)
 
     watch([device, op], update)
     update()
-    layout = pn.Column(pn.Row(pn.Column(device, op, numbers, width=CONTROL_WIDTH + 220), pn.pane.Bokeh(p)), note)
+    layout = pn.Column(pn.Row(pn.Column(device, op, numbers, width=CONTROL_WIDTH + 220), pn.pane.Bokeh(p)), points_note, note)
     return FigureView(FIGURE_ID, layout, controls={"device": device, "op": op}, sources={"points": points},
-                      readouts={"numbers": numbers, "note": note}, plots=[p])
+                      readouts={"numbers": numbers, "points_note": points_note, "note": note}, plots=[p])

@@ -43,8 +43,9 @@ REFLOW_BOX = ":host { max-width: 100%; min-width: min(100%, 280px) !important; }
 REFLOW_TEXT = (":host { max-width: calc(100% - 20px); min-width: 0 !important; } "     # readouts' margins: 10 px a side
                ":host > div { max-width: 100%; min-width: 0 !important; } "
                # a folded table (details_table), read where guide.css does not reach
-               "summary { cursor: pointer; } table.fig-cells th, table.fig-cells td { text-align: left; "
-               "vertical-align: top; padding: 2px 10px 2px 0; }")
+               "summary { cursor: pointer; } details.fig-details { max-width: 100%; overflow-x: auto; } "
+               "table.fig-cells th, table.fig-cells td { text-align: left; vertical-align: top; "
+               "padding: 2px 10px 2px 0; }")
 
 # controls a finger can hit (WCAG 2.2 2.5.8: targets of 24 x 24 px at least) on a touch
 # screen or a phone-width window: a slider's handle, a checkbox, a player's buttons

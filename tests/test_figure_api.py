@@ -271,3 +271,17 @@ def test_scheduler_timeline_bars_cover_every_step_of_every_slot_once(kw):
             kind[a:b + 1, s], request[a:b + 1, s] = k, q
         assert np.array_equal(kind, r.slot_kind) and np.array_equal(request, r.slot_request)
         assert len(slot) < r.slot_kind.size / 5                                          # far fewer bars
+
+
+@pytest.mark.parametrize("figure_id", sorted(widgets.FIGURES))
+def test_what_a_plot_tells_on_hover_is_also_in_a_table(figure_id):
+    """A hover reaches neither a keyboard, a screen reader nor a touch screen: a figure whose
+    plots have a hover tool also folds what it shows into a table (widgets.base.details_table)."""
+    from bokeh.models import HoverTool
+
+    view = widgets.build(figure_id)
+    hovers = [t for p in view.plots for t in p.toolbar.tools if isinstance(t, HoverTool)]
+    tables = [k for k, r in view.readouts.items() if '<details class="fig-details">' in r.object]
+    if hovers:
+        assert tables, f"{figure_id}: a hover tool and no folded table"
+        assert all(k.endswith("_note") for k in tables), "a folded table is not read out with the figure's numbers"

@@ -179,7 +179,8 @@ def _prefill_s(cost: StepCost, groups: list, num_layers: int, prompts: np.ndarra
 
 
 def chunked_prefill_s(cost: StepCost, groups: list, new_tokens, cached_tokens=0,
-                      chunk_tokens: int = PREFILL_CHUNK_TOKENS, cuda_graphs: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                      chunk_tokens: int = PREFILL_CHUNK_TOKENS,
+                      cuda_graphs: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(prefill seconds, attention seconds) of `new_tokens` prompt tokens of one sequence
     that come after `cached_tokens` already in its cache (arrays of requests, element by
     element), run alone in chunks of `chunk_tokens` tokens, each chunk attending to the

@@ -67,6 +67,10 @@ class MoeModel:
     def total_params(self) -> int:
         return self.always_read_params + self.routed_params + self.embedding_params
 
+    def spreads_over(self, gpus: int) -> bool:
+        """Expert parallelism over `gpus` GPUs gives each the same number of routed experts, at least one."""
+        return gpus <= self.routed_experts and self.routed_experts % gpus == 0
+
     @property
     def active_params(self) -> int:
         """Used by one token (its k routed experts per layer), the embedding table included."""
@@ -174,12 +178,12 @@ class MoeParams:
         check_range("skew", self.skew, 0.0, SKEW_MAX)
         check_int("ep_gpus", self.ep_gpus, minimum=1, maximum=EP_GPUS[-1])
         check_int("batch", self.batch, minimum=BATCH_MIN, maximum=BATCH_MAX)
-        experts = MOE_MODELS[self.model].routed_experts
-        if self.ep_gpus > experts:
-            raise ValueError(f"{MOE_MODELS[self.model].display_name} has {experts} routed experts a layer: "
-                             f"expert parallelism over {self.ep_gpus} GPUs would leave GPUs with none")
-        if experts % self.ep_gpus:
-            raise ValueError(f"ep_gpus ({self.ep_gpus}) must divide the {experts} routed experts a layer")
+        m = MOE_MODELS[self.model]
+        if not m.spreads_over(self.ep_gpus):
+            if self.ep_gpus > m.routed_experts:
+                raise ValueError(f"{m.display_name} has {m.routed_experts} routed experts a layer: "
+                                 f"expert parallelism over {self.ep_gpus} GPUs would leave GPUs with none")
+            raise ValueError(f"ep_gpus ({self.ep_gpus}) must divide the {m.routed_experts} routed experts a layer")
 
 
 @dataclass(frozen=True)

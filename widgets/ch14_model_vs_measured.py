@@ -81,6 +81,7 @@ def build() -> FigureView:
 
     watch([device, op], update)
     update()
-    layout = pn.Column(pn.Row(pn.Column(device, op, numbers, width=CONTROL_WIDTH + 220), pn.pane.Bokeh(p)), points_note, note)
+    layout = pn.Column(pn.Row(pn.Column(device, op, numbers, width=CONTROL_WIDTH + 220), pn.pane.Bokeh(p)),
+                       points_note, note)
     return FigureView(FIGURE_ID, layout, controls={"device": device, "op": op}, sources={"points": points},
                       readouts={"numbers": numbers, "points_note": points_note, "note": note}, plots=[p])

@@ -124,9 +124,9 @@ def build() -> FigureView:
 
     def fit_ep(_event) -> None:
         """A model with too few routed experts for the EP chosen: the most GPUs it can spread them over."""
-        experts = moe.MOE_MODELS[model.value].routed_experts
-        if ep.value > experts or experts % ep.value:
-            ep.value = max((n for n in moe.EP_GPUS if n <= experts and experts % n == 0), default=ep.value)
+        m = moe.MOE_MODELS[model.value]
+        if not m.spreads_over(ep.value):
+            ep.value = max((n for n in moe.EP_GPUS if m.spreads_over(n)), default=ep.value)
 
     model.param.watch(fit_ep, "value")      # before update's watcher: the update then sees both changes
     watch([model, gpu, weights, skew, ep, batch], update)
